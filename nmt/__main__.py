@@ -1,0 +1,4 @@
+from nmt.cli import app
+
+if __name__ == "__main__":
+    app(prog_name="nmt")

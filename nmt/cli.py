@@ -1,0 +1,234 @@
+"""The `nmt` command line: each command parses options, loads the config and calls one function."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Optional, TypeVar
+
+import typer
+
+from nmt.errors import NmtError
+
+app = typer.Typer(
+    name="nmt",
+    help="Train and run Transformer translation models: prepare -> train -> translate -> score.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ConfigOpt = Annotated[
+    Optional[Path],
+    typer.Option("--config", "-c", help="YAML config (sections data/model/train/decode); defaults apply without it."),
+]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--set", "-s", help="Override a config key, e.g. --set train.lr=5e-4 (repeatable)."),
+]
+
+
+def _err(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+
+
+def user_errors(fn: F) -> F:
+    """Turn user mistakes into one line on stderr and exit 1 (no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except NmtError as e:
+            _err(str(e))
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            _err("interrupted")
+            raise typer.Exit(130) from None
+        except BrokenPipeError:  # e.g. `nmt translate | head`
+            sys.stderr.close()
+            raise typer.Exit(0) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _config(config: Path | None, overrides: list[str] | None, **direct: Any):
+    """Config file <- --set <- dedicated options (given as section.key=value when not None)."""
+    from nmt.config import load_config
+
+    extra = [f"{k}={v}" for k, v in direct.items() if v is not None]
+    return load_config(config, list(overrides or []) + extra)
+
+
+@app.command()
+@user_errors
+def prepare(
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    train: Annotated[Optional[str], typer.Option(
+        help="Training data: file prefix (data/train -> data/train.en + data/train.de), a .tsv, a local "
+             "dataset (save_to_disk dir, .jsonl/.csv/.parquet) or a Hugging Face dataset name.")] = None,
+    valid: Annotated[Optional[str], typer.Option(help="Validation data (same forms as --train).")] = None,
+    test: Annotated[Optional[str], typer.Option(help="Test data (same forms as --train).")] = None,
+    src_lang: Annotated[Optional[str], typer.Option(help="Source language code (file suffix / column).")] = None,
+    tgt_lang: Annotated[Optional[str], typer.Option(help="Target language code (file suffix / column).")] = None,
+    data_dir: Annotated[Optional[str], typer.Option("--data-dir", "-o", help="Output data dir (data.dir).")] = None,
+    vocab_size: Annotated[Optional[int], typer.Option(help="SentencePiece vocabulary size.")] = None,
+    num_proc: Annotated[Optional[int], typer.Option(help="Processes for encoding.")] = None,
+    demo: Annotated[bool, typer.Option(
+        "--demo", help="Generate the built-in English->German numbers/dates corpus and prepare it.")] = False,
+    force: Annotated[bool, typer.Option(help="Overwrite a data dir that holds a different preparation.")] = False,
+) -> None:
+    """Clean parallel text, train SentencePiece and store encoded, length-indexed data."""
+    from nmt.prepare import prepare as run_prepare
+
+    cfg = _config(config, overrides, **{
+        "data.train": train, "data.valid": valid, "data.test": test, "data.src_lang": src_lang,
+        "data.tgt_lang": tgt_lang, "data.dir": data_dir, "data.vocab_size": vocab_size, "data.num_proc": num_proc,
+    })
+    if demo:
+        from nmt.demo import write_demo
+
+        raw = Path(cfg.data.dir + "-raw")
+        prefixes = write_demo(raw, seed=cfg.data.seed, src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang)
+        cfg.data.train, cfg.data.valid, cfg.data.test = prefixes["train"], prefixes["valid"], prefixes["test"]
+        typer.echo(f"demo corpus written to {raw}", err=True)
+    if cfg.data.train is None:
+        raise NmtError("no training data: pass --train (or data.train in the config), or --demo")
+    meta = run_prepare(cfg.data, force=force)
+    typer.echo(f"prepared {cfg.data.dir}: {meta['splits']['train']['pairs']:,} training pairs", err=True)
+
+
+@app.command()
+@user_errors
+def train(
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    data_dir: Annotated[Optional[str], typer.Option(help="Prepared data dir (data.dir).")] = None,
+    run_dir: Annotated[Optional[str], typer.Option(help="Where checkpoints and logs go (train.run_dir).")] = None,
+    force: Annotated[bool, typer.Option(
+        help="Start over in a run dir that holds another experiment (deletes its checkpoints).")] = False,
+    progress: Annotated[Optional[bool], typer.Option(
+        "--progress/--no-progress", help="Progress bar (default: when stderr is a terminal).")] = None,
+) -> None:
+    """Train the Transformer; resumes automatically from the run dir's newest intact checkpoint.
+
+    Multi-GPU / multi-process: torchrun --nproc_per_node N -m nmt train --config ...
+    """
+    from nmt.train import train as run_train
+
+    cfg = _config(config, overrides, **{"data.dir": data_dir, "train.run_dir": run_dir})
+    summary = run_train(cfg, force=force, progress=progress)
+    best = f", best {cfg.train.best_metric} {summary['best']:.2f}" if summary["best"] is not None else ""
+    typer.echo(f"done: {summary['step']} updates in {summary['elapsed'] / 60:.1f} min{best}; "
+               f"checkpoints in {cfg.train.run_dir}", err=True)
+
+
+@app.command()
+@user_errors
+def average(
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    run_dir: Annotated[Optional[str], typer.Option(help="Run dir (train.run_dir).")] = None,
+    last: Annotated[Optional[int], typer.Option(help="How many newest checkpoints (train.average_last).")] = None,
+) -> None:
+    """Average the last K checkpoints of a run into averaged.pt (as in the paper)."""
+    from nmt.train import average_run
+
+    cfg = _config(config, overrides, **{"train.run_dir": run_dir})
+    out = average_run(cfg.train.run_dir, last or cfg.train.average_last)
+    typer.echo(f"wrote {out}", err=True)
+
+
+@app.command()
+@user_errors
+def translate(
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    checkpoint: Annotated[Optional[Path], typer.Option(
+        help="Checkpoint to load (default: averaged.pt, else best.pt, else last.pt of train.run_dir).")] = None,
+    input: Annotated[Optional[Path], typer.Option("--input", "-i", help="Read this file instead of stdin.")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Write this file (atomically) instead of stdout.")] = None,
+    beam: Annotated[Optional[int], typer.Option(help="Beam size (1 = greedy).")] = None,
+    nbest: Annotated[Optional[int], typer.Option(
+        help="Print the K best translations per line as 'line_no ||| text ||| score'.")] = None,
+    length_penalty: Annotated[Optional[float], typer.Option(help="GNMT length penalty alpha.")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(help="Source tokens per batch.")] = None,
+    scores: Annotated[bool, typer.Option("--scores", help="Append '\\t<log-prob>' to each output line.")] = False,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
+    dtype: Annotated[str, typer.Option(help="fp32 | bf16 | fp16 (fp16 on CUDA only)")] = "fp32",
+    threads: Annotated[int, typer.Option(help="CPU threads (0 = torch default).")] = 0,
+    quantize: Annotated[Optional[str], typer.Option(
+        help="'int8': dynamic int8 quantization of Linear layers (CPU speed-up).")] = None,
+    attention: Annotated[Optional[Path], typer.Option(
+        help="Save a cross-attention heatmap PNG per sentence into this dir (needs nmt[plot]).")] = None,
+    attention_layer: Annotated[int, typer.Option(help="Decoder layer for --attention (-1 = last).")] = -1,
+    all_heads: Annotated[bool, typer.Option(
+        "--all-heads", help="With --attention: also a grid of every head of every layer.")] = False,
+    encoder_attention: Annotated[bool, typer.Option(
+        "--encoder-attention", help="With --attention: also plot encoder self-attention.")] = False,
+    alignment: Annotated[Optional[Path], typer.Option(
+        help="Write hard alignments (argmax of cross-attention, Pharaoh 'i-j') to this file.")] = None,
+    progress: Annotated[Optional[bool], typer.Option(
+        "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).")] = None,
+) -> None:
+    """Translate text, one output line per input line (stdin -> stdout by default)."""
+    from nmt.translate import TranslateOptions, translate_file
+
+    cfg = _config(config, overrides, **{"decode.beam": beam, "decode.nbest": nbest,
+                                        "decode.length_penalty": length_penalty, "decode.max_tokens": max_tokens})
+    opts = TranslateOptions(
+        checkpoint=checkpoint, device=device, dtype=dtype, threads=threads, quantize=quantize,
+        scores=scores, attention_dir=attention, attention_layer=attention_layer, all_heads=all_heads,
+        encoder_attention=encoder_attention, alignment=alignment, progress=progress,
+    )
+    translate_file(cfg, opts, input, output, config_given=config is not None)
+
+
+@app.command()
+@user_errors
+def score(
+    ref: Annotated[list[Path], typer.Option("--ref", "-r", help="Reference file (repeat for several).")],
+    hyp: Annotated[Optional[Path], typer.Option(help="Hypothesis file (default: stdin).")] = None,
+    metrics: Annotated[str, typer.Option(help="Comma-separated: bleu,chrf,ter.")] = "bleu,chrf,ter",
+    tokenize: Annotated[Optional[str], typer.Option(
+        help="BLEU tokenizer passed to sacreBLEU (13a default; intl, zh, ja-mecab, char, none...).")] = None,
+    lowercase: Annotated[bool, typer.Option(help="Case-insensitive scores.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON line instead of text.")] = False,
+) -> None:
+    """Score a translation against references with sacreBLEU (BLEU, chrF, TER)."""
+    from nmt.score import format_json, format_text, read_lines, score as run_score
+
+    hyps = read_lines(hyp if hyp is not None else sys.stdin)
+    refs = [read_lines(r) for r in ref]
+    result = run_score(hyps, refs, metrics=tuple(m.strip() for m in metrics.split(",") if m.strip()),
+                       tokenize=tokenize, lowercase=lowercase, ref_names=[str(r) for r in ref])
+    typer.echo(format_json(result) if json_out else format_text(result))
+
+
+@app.command()
+@user_errors
+def plot(
+    run_dir: Annotated[Path, typer.Argument(help="Run dir holding metrics.jsonl.")],
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="PNG to write (default: RUN_DIR/curves.png).")] = None,
+) -> None:
+    """Plot training/validation curves (loss, perplexity, BLEU, learning rate) to a PNG (needs nmt[plot])."""
+    from nmt.plot import plot_curves
+
+    out = plot_curves(run_dir, output or run_dir / "curves.png")
+    typer.echo(f"wrote {out}", err=True)
+
+
+def main() -> None:
+    app(prog_name="nmt")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""Experiment configuration: four dataclass sections loaded from YAML with `--set a.b=c` overrides.
+
+Every key is checked: an unknown key or a value of the wrong type is a one-line `ConfigError`
+that names the key and suggests the closest valid one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nmt.errors import ConfigError
+
+
+@dataclass
+class DataConfig:
+    """Where raw text comes from and how `nmt prepare` turns it into a data dir."""
+
+    dir: str = "data"  # prepared data dir (output of prepare, input of train)
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    # Inputs: a file prefix (`data/train` -> data/train.en + data/train.de), a .tsv file,
+    # or a `datasets` name / local dataset dir (with hf_* options below). None = split absent.
+    train: str | None = None
+    valid: str | None = None
+    test: str | None = None
+    hf_config: str | None = None  # `datasets` configuration name (e.g. "de-en")
+    hf_train_split: str = "train"
+    hf_valid_split: str = "validation"
+    hf_test_split: str = "test"
+    src_column: str | None = None  # column holding the source text (default: src_lang)
+    tgt_column: str | None = None  # column holding the target text (default: tgt_lang)
+    # Cleaning (training split only; valid/test are never dropped).
+    normalize: str | None = "NFC"  # Unicode normalization form, or null
+    max_len: int = 256  # max SentencePiece tokens per side (training pairs only)
+    max_ratio: float = 3.0  # max len(longer)/len(shorter) in tokens (training pairs only)
+    dedup: bool = False
+    # SentencePiece
+    vocab_size: int = 8000
+    spm_type: str = "bpe"  # bpe | unigram
+    joint_vocab: bool = True
+    character_coverage: float = 1.0
+    spm_sample: int = 2_000_000  # cap on sentences used to train SentencePiece
+    num_proc: int = 1  # processes for encoding
+    seed: int = 1
+
+
+@dataclass
+class ModelConfig:
+    """The Transformer of Vaswani et al. 2017 (defaults: the paper's base model)."""
+
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    pre_norm: bool = False  # paper: post-norm
+    max_positions: int = 1024
+    share_all_embeddings: bool = True  # encoder+decoder+output tied when the vocabulary is joint
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation, precision, checkpointing, validation."""
+
+    run_dir: str = "runs/latest"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    amp: str = "auto"  # auto | bf16 | fp16 | none  (auto: bf16 on capable CUDA, fp16 on older CUDA, none on CPU)
+    threads: int = 0  # CPU threads (0 = torch default)
+    seed: int = 1
+    max_tokens: int = 4096  # per batch, padded tokens of the larger side
+    update_freq: int = 1  # gradient accumulation: batches per update
+    max_updates: int = 100_000
+    max_epochs: int = 0  # 0 = unlimited
+    max_minutes: float = 0.0  # training time budget (0 = unlimited); averaging happens inside it
+    lr: float = 7e-4  # peak learning rate (schedule: inverse_sqrt); scale factor for `noam`
+    schedule: str = "inverse_sqrt"  # inverse_sqrt (fairseq: linear warmup to lr) | noam (paper)
+    warmup: int = 4000
+    warmup_init_lr: float = 1e-7
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    clip_norm: float = 0.0  # 0 = no clipping
+    label_smoothing: float = 0.1
+    log_every: int = 100
+    valid_every: int = 1000
+    valid_bleu_sentences: int = 500  # greedy-decode this many valid sentences for BLEU (0 = skip BLEU)
+    best_metric: str = "bleu"  # bleu | loss
+    patience: int = 0  # validations without improvement before stopping (0 = never)
+    save_every: int = 1000
+    keep_last: int = 5
+    average_last: int = 5  # average this many last checkpoints into averaged.pt at the end (0/1 = off)
+    max_bad_updates: int = 10  # abort after this many consecutive NaN/inf updates
+    tensorboard: bool = False
+
+
+@dataclass
+class DecodeConfig:
+    """Search settings for `nmt translate` (and greedy validation)."""
+
+    beam: int = 4
+    length_penalty: float = 0.6  # GNMT alpha
+    max_len_a: float = 1.0  # max target length = a * src_len + b
+    max_len_b: int = 50
+    max_tokens: int = 4096  # source tokens per translation batch
+    chunk_lines: int = 2000  # lines read, sorted and translated together (bounds memory)
+    nbest: int = 1
+    max_input_tokens: int = 1000  # longer inputs are truncated with a warning
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+SECTIONS = {f.name: f.type for f in fields(Config)}
+
+
+def _closest(name: str, options: list[str]) -> str:
+    match = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def _check_type(key: str, value: Any, annotation: Any) -> Any:
+    """Coerce/validate `value` against a dataclass field annotation (str form, from __future__)."""
+    hint = eval(annotation, vars(typing) | {"types": types}) if isinstance(annotation, str) else annotation
+    allowed = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    if value is None:
+        if type(None) in allowed:
+            return None
+        raise ConfigError(f"config key '{key}' must not be null")
+    for t in allowed:
+        base = typing.get_origin(t) or t
+        if base is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if base is bool and isinstance(value, bool):
+            return value
+        if base is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if base is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        if base is list and isinstance(value, list):
+            return value
+    names = "/".join(getattr(t, "__name__", str(t)) for t in allowed)
+    raise ConfigError(f"config key '{key}' expects {names}, got {value!r}")
+
+
+def apply_dict(cfg: Config, data: dict[str, Any], origin: str = "config") -> Config:
+    """Merge a nested {section: {key: value}} dict into `cfg`, validating every key."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: top level must be a mapping of sections {sorted(SECTIONS)}")
+    for section, values in data.items():
+        if section not in SECTIONS:
+            raise ConfigError(f"{origin}: unknown section '{section}'{_closest(str(section), list(SECTIONS))}")
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise ConfigError(f"{origin}: section '{section}' must be a mapping")
+        target = getattr(cfg, section)
+        valid = {f.name: f.type for f in fields(target)}
+        for key, value in values.items():
+            if key not in valid:
+                raise ConfigError(
+                    f"{origin}: unknown key '{section}.{key}'{_closest(str(key), list(valid))}"
+                )
+            setattr(target, key, _check_type(f"{section}.{key}", value, valid[key]))
+    validate(cfg)
+    return cfg
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`["train.lr=5e-4", "model.pre_norm=true"]` -> nested dict; values are parsed as YAML scalars."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair or "." not in pair.split("=", 1)[0]:
+            raise ConfigError(f"--set expects section.key=value, got '{pair}'")
+        dotted, raw = pair.split("=", 1)
+        section, key = dotted.strip().split(".", 1)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        out.setdefault(section, {})[key] = value
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults <- YAML file <- `--set` overrides."""
+    cfg = Config()
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+        apply_dict(cfg, data, origin=str(p))
+    if overrides:
+        apply_dict(cfg, parse_overrides(overrides), origin="--set")
+    return cfg
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Rebuild a Config saved with `to_dict()` (e.g. inside a checkpoint)."""
+    return apply_dict(Config(), data, origin="saved config")
+
+
+def validate(cfg: Config) -> None:
+    """Cross-field and range checks, each a one-line error naming the key."""
+    checks: list[tuple[bool, str]] = [
+        (cfg.data.vocab_size >= 8, "data.vocab_size must be >= 8"),
+        (cfg.data.spm_type in ("bpe", "unigram"), "data.spm_type must be 'bpe' or 'unigram'"),
+        (cfg.data.max_len > 0, "data.max_len must be > 0"),
+        (cfg.data.max_ratio >= 1.0, "data.max_ratio must be >= 1"),
+        (0 < cfg.data.character_coverage <= 1, "data.character_coverage must be in (0, 1]"),
+        (cfg.data.num_proc >= 1, "data.num_proc must be >= 1"),
+        (cfg.data.normalize in (None, "NFC", "NFKC", "NFD", "NFKD"), "data.normalize must be NFC/NFKC/NFD/NFKD or null"),
+        (cfg.model.d_model > 0 and cfg.model.d_model % max(cfg.model.n_heads, 1) == 0,
+         "model.d_model must be a positive multiple of model.n_heads"),
+        (cfg.model.n_heads > 0, "model.n_heads must be > 0"),
+        (cfg.model.d_ff > 0, "model.d_ff must be > 0"),
+        (cfg.model.encoder_layers > 0 and cfg.model.decoder_layers > 0, "model.*_layers must be > 0"),
+        (all(0 <= p < 1 for p in (cfg.model.dropout, cfg.model.attention_dropout, cfg.model.activation_dropout)),
+         "model dropouts must be in [0, 1)"),
+        (cfg.model.max_positions > 0, "model.max_positions must be > 0"),
+        (cfg.train.amp in ("auto", "bf16", "fp16", "none"), "train.amp must be auto|bf16|fp16|none"),
+        (cfg.train.schedule in ("inverse_sqrt", "noam"), "train.schedule must be inverse_sqrt|noam"),
+        (cfg.train.max_tokens > 0, "train.max_tokens must be > 0"),
+        (cfg.train.update_freq >= 1, "train.update_freq must be >= 1"),
+        (cfg.train.max_updates >= 0, "train.max_updates must be >= 0"),
+        (cfg.train.max_minutes >= 0, "train.max_minutes must be >= 0"),
+        (cfg.train.lr > 0, "train.lr must be > 0"),
+        (cfg.train.warmup >= 0, "train.warmup must be >= 0"),
+        (len(cfg.train.betas) == 2, "train.betas must be a list of two floats"),
+        (0 <= cfg.train.label_smoothing < 1, "train.label_smoothing must be in [0, 1)"),
+        (cfg.train.best_metric in ("bleu", "loss"), "train.best_metric must be bleu|loss"),
+        (cfg.train.log_every > 0 and cfg.train.valid_every > 0 and cfg.train.save_every > 0,
+         "train.log_every/valid_every/save_every must be > 0"),
+        (cfg.train.keep_last >= 1, "train.keep_last must be >= 1"),
+        (cfg.train.max_bad_updates >= 1, "train.max_bad_updates must be >= 1"),
+        (cfg.decode.beam >= 1, "decode.beam must be >= 1"),
+        (1 <= cfg.decode.nbest <= cfg.decode.beam, "decode.nbest must be between 1 and decode.beam"),
+        (cfg.decode.max_tokens > 0 and cfg.decode.chunk_lines > 0, "decode.max_tokens/chunk_lines must be > 0"),
+        (cfg.decode.max_input_tokens > 0, "decode.max_input_tokens must be > 0"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+
+
+def dump_yaml(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
+
+
+def replace_section(cfg: Config, section: str, **changes: Any) -> Config:
+    """A copy of cfg with some keys of one section changed."""
+    new = dataclasses.replace(cfg)
+    setattr(new, section, dataclasses.replace(getattr(cfg, section), **changes))
+    return new

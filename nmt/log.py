@@ -1,0 +1,117 @@
+"""Training output: a rich progress bar (terminal) or plain log lines (files/CI), plus metrics.jsonl."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+console = Console(stderr=True, highlight=False)
+
+
+class Reporter:
+    """Everything the trainer tells the user. Silent on non-zero DDP ranks."""
+
+    def __init__(self, run_dir: Path, *, enabled: bool = True, progress: bool | None = None):
+        self.enabled = enabled
+        self.metrics_path = run_dir / "metrics.jsonl"
+        self.use_bar = enabled and (sys.stderr.isatty() if progress is None else progress)
+        self.bar: Progress | None = None
+        self.task: Any = None
+        self.tokens = 0.0
+        self.window_start = time.monotonic()
+        self.window_updates = 0
+        self.sums = {"loss": 0.0, "nll": 0.0}
+
+    # ---- plain messages
+    def info(self, message: str) -> None:
+        if self.enabled:
+            console.print(message)
+
+    def warn(self, message: str) -> None:
+        if self.enabled:
+            console.print(f"[yellow]warning:[/yellow] {message}")
+
+    # ---- metrics file
+    def _write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.metrics_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def truncate_metrics(self, step: int) -> None:
+        """After a resume, forget records logged after the checkpoint we resumed from."""
+        if not self.enabled or not self.metrics_path.is_file():
+            return
+        keep = []
+        for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
+            try:
+                if json.loads(line).get("step", 0) <= step:
+                    keep.append(line)
+            except json.JSONDecodeError:  # a line cut by a kill
+                continue
+        self.metrics_path.write_text("".join(k + "\n" for k in keep), encoding="utf-8")
+
+    # ---- progress
+    def start(self, total: int, done: int) -> None:
+        self.window_start = time.monotonic()
+        if self.use_bar:
+            self.bar = Progress(
+                TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
+                TimeRemainingColumn(), console=console, transient=False,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("train", total=total, completed=done, stats="")
+
+    def update(self, step: int, epoch: int, stats: dict[str, float], seconds: float, log_every: int) -> None:
+        if not self.enabled:
+            return
+        self.tokens += stats["tokens"]
+        self.window_updates += 1
+        self.sums["loss"] += stats["loss"]
+        self.sums["nll"] += stats["nll"]
+        if self.bar is not None:
+            self.bar.update(self.task, completed=step,
+                            stats=f"loss {stats['loss']:.3f} lr {stats['lr']:.2e} {stats['tokens'] / seconds:,.0f} tok/s")
+        if step % log_every:
+            return
+        span = max(time.monotonic() - self.window_start, 1e-9)
+        n = self.window_updates
+        record = {
+            "type": "train", "step": step, "epoch": epoch, "loss": self.sums["loss"] / n,
+            "nll": self.sums["nll"] / n, "ppl": math.exp(min(self.sums["nll"] / n, 50)),
+            "lr": stats["lr"], "gnorm": stats["gnorm"], "updates_per_s": n / span,
+            "tgt_tokens_per_s": self.tokens / span, "time": time.time(),
+        }
+        self._write(record)
+        line = (f"update {step:>7} | epoch {epoch:>3} | loss {record['loss']:.3f} | ppl {record['ppl']:8.2f} | "
+                f"lr {record['lr']:.2e} | {record['updates_per_s']:.2f} upd/s | "
+                f"{record['tgt_tokens_per_s']:,.0f} tgt tok/s")
+        if self.bar is not None:
+            self.bar.console.print(line)
+        else:
+            console.print(line)
+        self.tokens, self.window_updates, self.window_start = 0.0, 0, time.monotonic()
+        self.sums = {"loss": 0.0, "nll": 0.0}
+
+    def valid(self, step: int, result: dict[str, float]) -> None:
+        self._write({"type": "valid", "step": step, **result, "time": time.time()})
+        bleu = f" | bleu {result['bleu']:.2f}" if "bleu" in result else ""
+        self.info(f"[bold cyan]valid[/bold cyan]  update {step:>7} | loss {result['loss']:.3f} | "
+                  f"ppl {result['ppl']:.2f}{bleu}")
+
+    def finish(self, step: int, reason: str) -> None:
+        self.close()
+        self.info(f"training stopped at update {step} ({reason})")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None

@@ -1,0 +1,171 @@
+"""Corpus BLEU / chrF / TER through sacreBLEU, with the signatures that make scores comparable."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import IO, Any
+
+from sacrebleu.metrics import BLEU, CHRF, TER
+
+from nmt.errors import NmtError
+
+# Factories take (tokenize, lowercase). TER keeps sacreBLEU's defaults (tercom tokenizer, case-insensitive),
+# as `sacrebleu -m ter` does, so its signature matches what papers report.
+_METRICS: dict[str, Callable[[str | None, bool], Any]] = {
+    "bleu": lambda tok, lc: BLEU(tokenize=tok, lowercase=lc),
+    "chrf": lambda tok, lc: CHRF(lowercase=lc),
+    "chrf++": lambda tok, lc: CHRF(word_order=2, lowercase=lc),
+    "ter": lambda tok, lc: TER(),
+}
+METRIC_NAMES = tuple(_METRICS)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def read_lines(path_or_stream: str | os.PathLike[str] | IO[Any]) -> list[str]:
+    """Lines of a UTF-8 file or stream ("-" = stdin), without their "\\n" / "\\r\\n" (nothing else stripped,
+    except a leading byte-order mark). Missing file or invalid UTF-8 -> NmtError naming file and line."""
+    if isinstance(path_or_stream, (str, os.PathLike)) and str(path_or_stream) != "-":
+        name = str(path_or_stream)
+        try:
+            with open(name, "rb") as f:
+                data: bytes | str = f.read()
+        except FileNotFoundError:
+            raise NmtError(f"{name}: no such file") from None
+        except IsADirectoryError:
+            raise NmtError(f"{name}: is a directory, not a text file") from None
+        except OSError as e:
+            raise NmtError(f"{name}: cannot read ({e.strerror or _one_line(e)})") from None
+    else:
+        stream = sys.stdin if str(path_or_stream) == "-" else path_or_stream
+        name = getattr(stream, "name", "<stream>")
+        source = getattr(stream, "buffer", stream)  # bytes when possible, to report the bad line
+        try:
+            data = source.read()
+        except UnicodeDecodeError as e:
+            raise NmtError(f"{name}: invalid UTF-8 ({e.reason})") from None
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = data.count(b"\n", 0, e.start) + 1
+            raise NmtError(f"{name}: line {line}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
+    else:
+        text = data
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if not text:
+        return []
+    # split("\n"), not splitlines(): U+2028, form feeds etc. are content, not line ends.
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final newline ends the last line, it does not start a new one
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def _metric_names(metrics: str | Sequence[str]) -> list[str]:
+    if isinstance(metrics, str):
+        metrics = metrics.split(",")
+    names = [m.strip().lower() for m in metrics if m.strip()]
+    if not names:
+        raise NmtError(f"no metric given (valid: {', '.join(METRIC_NAMES)})")
+    for m in names:
+        if m not in _METRICS:
+            raise NmtError(f"unknown metric {m!r} (valid: {', '.join(METRIC_NAMES)})")
+    return list(dict.fromkeys(names))
+
+
+def _details(result: Any) -> dict[str, Any]:
+    """The numbers behind a score, as JSON-ready Python values."""
+    if hasattr(result, "precisions"):  # BLEU
+        return {
+            "precisions": [float(p) for p in result.precisions],
+            "bp": float(result.bp),
+            "ratio": float(result.ratio),
+            "hyp_len": int(result.sys_len),
+            "ref_len": int(result.ref_len),
+        }
+    if hasattr(result, "num_edits"):  # TER
+        return {"num_edits": float(result.num_edits), "ref_length": float(result.ref_length)}
+    return {}
+
+
+def score(
+    hyps: Sequence[str],
+    refs: Sequence[Sequence[str]],
+    *,
+    metrics: str | Sequence[str] = ("bleu", "chrf", "ter"),
+    tokenize: str | None = None,
+    lowercase: bool = False,
+    ref_names: Sequence[str] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Corpus scores of ``hyps`` against one or more reference sets (``refs[k][i]`` is ref set k, line i).
+
+    Returns ``{metric: {"name", "score", "signature", "text", ...details}}`` in the order asked.
+    ``tokenize`` is BLEU's tokenizer (default 13a); ``lowercase`` applies to BLEU and chrF (TER is
+    case-insensitive by sacreBLEU default). ``ref_names`` name the reference sets in error messages.
+    An empty corpus scores 0 (sacreBLEU itself cannot score zero lines)."""
+    names = _metric_names(metrics)
+    if refs and isinstance(refs[0], str):  # a single reference set given flat
+        refs = [refs]  # type: ignore[list-item]
+    if not refs:
+        raise NmtError("no reference given: at least one reference set is needed")
+    given = list(ref_names or [])
+    for k, ref in enumerate(refs):
+        if len(ref) != len(hyps):
+            ref_name = given[k] if k < len(given) else f"#{k + 1}"
+            raise NmtError(f"hypothesis has {len(hyps)} lines but reference {ref_name} has {len(ref)} lines")
+    hyps, refs = list(hyps), [list(r) for r in refs]
+    if not hyps:  # one empty line scores like an empty corpus (0 BLEU/chrF, 0 edits) and yields a signature
+        hyps, refs = [""], [[""] for _ in refs]
+    if tokenize is not None and tokenize not in BLEU.TOKENIZERS:
+        raise NmtError(f"unknown BLEU tokenizer {tokenize!r} (valid: {', '.join(BLEU.TOKENIZERS)})")
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        try:
+            metric = _METRICS[name](tokenize, lowercase)
+        except Exception as e:  # e.g. ja-mecab / spm tokenizers missing their extra package or model
+            raise NmtError(f"cannot set up {name} (tokenize={tokenize}): {_one_line(e)}") from None
+        result = metric.corpus_score(hyps, refs)
+        out[name] = {
+            "name": result.name,
+            "score": float(result.score),
+            "signature": str(metric.get_signature()),
+            "text": str(result),
+            **_details(result),
+        }
+    return out
+
+
+def score_files(
+    hyp: str | os.PathLike[str] | IO[Any], refs: Sequence[str | os.PathLike[str]], **kwargs: Any
+) -> dict[str, dict[str, Any]]:
+    """``score`` on files (hyp may be "-" or a stream); errors name the reference files."""
+    if not refs:
+        raise NmtError("no reference file given")
+    ref_lines = [read_lines(r) for r in refs]
+    return score(read_lines(hyp), ref_lines, ref_names=[str(r) for r in refs], **kwargs)
+
+
+def corpus_bleu(hyps: Sequence[str], refs: Sequence[str] | Sequence[Sequence[str]]) -> float:
+    """Corpus BLEU (13a, mixed case); ``refs`` is one reference list or a list of reference sets."""
+    return score(hyps, refs, metrics=("bleu",))["bleu"]["score"]  # type: ignore[arg-type]
+
+
+def format_text(result: dict[str, dict[str, Any]]) -> str:
+    """One line per metric in sacreBLEU's own style: ``BLEU|nrefs:1|...|version:2.6.0 = 34.12 ...``."""
+    lines = []
+    for r in result.values():
+        name, sep, rest = r["text"].partition(" = ")
+        lines.append(f"{name}|{r['signature']} = {rest}" if sep else f"{r['text']} ({r['signature']})")
+    return "\n".join(lines)
+
+
+def format_json(result: dict[str, dict[str, Any]]) -> str:
+    """The whole result as one JSON line."""
+    return json.dumps(result, ensure_ascii=False)

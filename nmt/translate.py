@@ -1,0 +1,286 @@
+"""Translation: lines in -> encode -> sort by length -> batch -> search -> restore order -> lines out.
+
+Streams in chunks of `decode.chunk_lines` lines, so memory does not grow with the input, and
+writes exactly one output line per input line (K lines with --nbest K).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+from nmt import checkpoint
+from nmt.batching import TokenBatchSampler, collate
+from nmt.config import Config, DecodeConfig, config_from_dict
+from nmt.corpus import clean_line
+from nmt.errors import CheckpointError, NmtError
+from nmt.log import console
+from nmt.model import Transformer
+from nmt.search import Hypothesis, beam_search, greedy_search
+from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class TranslateOptions:
+    checkpoint: Path | None = None
+    device: str = "auto"
+    dtype: str = "fp32"
+    threads: int = 0
+    quantize: str | None = None
+    scores: bool = False
+    attention_dir: Path | None = None
+    attention_layer: int = -1
+    all_heads: bool = False
+    encoder_attention: bool = False
+    alignment: Path | None = None
+    progress: bool | None = None
+
+
+@dataclass
+class Translation:
+    """One input line's result: n-best hypotheses (empty for an empty line) and what was fed in."""
+
+    source: str
+    src_ids: list[int]
+    hypotheses: list[Hypothesis]
+    text: list[str]
+
+
+def load_model(state: dict[str, Any], device: torch.device, dtype: torch.dtype) -> Transformer:
+    cfg = config_from_dict(state["config"])
+    from dataclasses import asdict
+
+    model = Transformer(state["vocab"]["src"], state["vocab"]["tgt"], pad_id=PAD_ID, **asdict(cfg.model))
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        raise CheckpointError(f"checkpoint weights do not fit its model config ({str(e).splitlines()[0]})") from None
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise NmtError(f"--device {name} but CUDA is not available on this machine")
+    return torch.device(name)
+
+
+class Translator:
+    """A loaded model + tokenizer + search settings."""
+
+    def __init__(self, state: dict[str, Any], decode: DecodeConfig, *, device: str = "auto",
+                 dtype: str = "fp32", quantize: str | None = None):
+        if dtype not in DTYPES:
+            raise NmtError(f"--dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
+        self.device = resolve_device(device)
+        if dtype == "fp16" and self.device.type != "cuda":
+            raise NmtError("--dtype fp16 needs a CUDA device (use bf16 or fp32 on CPU)")
+        self.decode = decode
+        self.tokenizer = Tokenizer.from_state(state["tokenizer"])
+        self.model = load_model(state, self.device, DTYPES[dtype])
+        if quantize is not None:
+            self._quantize(quantize)
+        self.max_src = min(decode.max_input_tokens, self.model.max_positions - 1)
+        self.warn = lambda message: console.print(f"[yellow]warning:[/yellow] {message}")
+
+    def _quantize(self, kind: str) -> None:
+        if kind != "int8":
+            raise NmtError(f"--quantize supports 'int8', got '{kind}'")
+        if self.device.type != "cpu":
+            raise NmtError("--quantize int8 runs on CPU only (use --dtype bf16/fp16 on GPU)")
+        self.model = torch.ao.quantization.quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, decode: DecodeConfig, **kwargs: Any) -> Translator:
+        return cls(checkpoint.load(path), decode, **kwargs)
+
+    # ---- one chunk
+    def _search(self, src: torch.Tensor, need_attention: bool) -> list[list[Hypothesis]]:
+        d = self.decode
+        common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, bos=BOS_ID, eos=EOS_ID, pad=PAD_ID,
+                      need_attention=need_attention)
+        if d.beam == 1:
+            return greedy_search(self.model, src, **common)
+        return beam_search(self.model, src, beam=d.beam, length_penalty=d.length_penalty, nbest=d.nbest, **common)
+
+    @torch.inference_mode()
+    def translate_chunk(self, lines: list[str], *, first_line: int = 1,
+                        need_attention: bool = False) -> list[Translation]:
+        """Translate a list of lines; results come back in input order."""
+        sources = [clean_line(line) for line in lines]
+        ids = self.tokenizer.encode_src(sources)
+        for i, seq in enumerate(ids):
+            if len(seq) > self.max_src:
+                self.warn(f"input line {first_line + i}: {len(seq)} tokens, truncated to {self.max_src}")
+                ids[i] = seq[: self.max_src]
+        results = [Translation(s, seq, [], [""]) for s, seq in zip(sources, ids)]
+        todo = [i for i, seq in enumerate(ids) if seq]
+        if not todo:
+            return results
+        sampler = TokenBatchSampler([len(ids[i]) for i in todo], [0] * len(todo), self.decode.max_tokens,
+                                    shuffle=False)
+        for batch_idx in sampler:
+            rows = [todo[int(j)] for j in batch_idx]
+            src = collate([ids[r] for r in rows], [[] for _ in rows]).src.to(self.device)
+            for r, hyps in zip(rows, self._search(src, need_attention)):
+                results[r].hypotheses = hyps
+                results[r].text = self.tokenizer.decode_tgt([h.tokens for h in hyps])
+        return results
+
+    def stream(self, lines: Iterable[str], *, need_attention: bool = False) -> Iterator[Translation]:
+        """Translate an iterable of lines chunk by chunk (bounded memory)."""
+        chunk: list[str] = []
+        first = 1
+        for line in lines:
+            chunk.append(line)
+            if len(chunk) >= self.decode.chunk_lines:
+                yield from self.translate_chunk(chunk, first_line=first, need_attention=need_attention)
+                first += len(chunk)
+                chunk = []
+        if chunk:
+            yield from self.translate_chunk(chunk, first_line=first, need_attention=need_attention)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def read_input(stream: IO[bytes], name: str, warn: Any) -> Iterator[str]:
+    """Lines split on '\\n' only (CR stripped); invalid UTF-8 is replaced, with a warning naming the line."""
+    for number, raw in enumerate(stream, 1):
+        raw = raw.rstrip(b"\n").rstrip(b"\r")
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError:
+            warn(f"{name}:{number}: invalid UTF-8, undecodable bytes replaced")
+            yield raw.decode("utf-8", errors="replace")
+
+
+def format_translation(t: Translation, line_no: int, nbest: int, scores: bool) -> str:
+    if nbest > 1:
+        return "".join(
+            f"{line_no}\t{text}\t{h.score:.4f}\n" for h, text in zip(t.hypotheses, t.text)
+        ) or f"{line_no}\t\t0.0000\n"
+    if scores:
+        return f"{t.text[0]}\t{t.hypotheses[0].logprob:.4f}\n" if t.hypotheses else "\t0.0000\n"
+    return t.text[0] + "\n"
+
+
+def default_checkpoint(cfg: Config, explicit: Path | None, config_given: bool) -> Path:
+    """--checkpoint, else the config's run dir, else the newest run under runs/ (the choice is printed)."""
+    if explicit is not None:
+        return explicit
+    if config_given or Path(cfg.train.run_dir).is_dir():
+        return checkpoint.resolve_for_translation(cfg.train.run_dir)
+    runs = [p.parent for p in Path("runs").glob("*/last.pt")]
+    if not runs:
+        raise NmtError("no checkpoint found: pass --checkpoint or --config (train first)")
+    newest = max(runs, key=lambda p: (p / "last.pt").stat().st_mtime)
+    return checkpoint.resolve_for_translation(newest)
+
+
+@contextlib.contextmanager
+def _output(path: Path | None) -> Iterator[IO[str]]:
+    """stdout, or a temp file renamed over `path` only when everything was written."""
+    if path is None:
+        yield sys.stdout
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, output: Path | None,
+                   config_given: bool = True) -> int:
+    """The `nmt translate` command. Returns the number of lines translated."""
+    if opts.threads > 0:
+        torch.set_num_threads(opts.threads)
+    if input is not None and not input.is_file():
+        raise NmtError(f"input file not found: {input}")
+    ckpt = default_checkpoint(cfg, opts.checkpoint, config_given)
+    console.print(f"loading {ckpt}")
+    translator = Translator.from_checkpoint(ckpt, cfg.decode, device=opts.device, dtype=opts.dtype,
+                                            quantize=opts.quantize)
+    need_attention = opts.attention_dir is not None or opts.alignment is not None
+    visuals = _Visuals(opts, translator.tokenizer) if need_attention else None
+    show_bar = sys.stderr.isatty() if opts.progress is None else opts.progress
+    warn = translator.warn
+    with contextlib.ExitStack() as stack:
+        stream = stack.enter_context(open(input, "rb")) if input is not None else sys.stdin.buffer
+        out = stack.enter_context(_output(output))
+        bar = stack.enter_context(_progress(show_bar))
+        count = 0
+        lines = read_input(stream, str(input or "<stdin>"), warn)
+        for count, result in enumerate(translator.stream(lines, need_attention=need_attention), 1):
+            out.write(format_translation(result, count, cfg.decode.nbest, opts.scores))
+            if visuals is not None:
+                visuals.add(count, result, translator)
+            if count % 256 == 0:
+                out.flush()
+                bar(count)
+        out.flush()
+        if visuals is not None:
+            visuals.close()
+    console.print(f"translated {count} lines")
+    return count
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool) -> Iterator[Any]:
+    if not enabled:
+        yield lambda n: None
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    with Progress(SpinnerColumn(), TextColumn("translated {task.completed} lines"), console=console,
+                  transient=True) as bar:
+        task = bar.add_task("translate", total=None)
+        yield lambda n: bar.update(task, completed=n)
+
+
+class _Visuals:
+    """Attention heatmaps and hard alignments for `--attention` / `--alignment` (issue: plots)."""
+
+    def __init__(self, opts: TranslateOptions, tokenizer: Tokenizer):
+        self.opts = opts
+        self.tokenizer = tokenizer
+        self.align = open(opts.alignment, "w", encoding="utf-8") if opts.alignment else None  # noqa: SIM115
+        if opts.attention_dir is not None:
+            from nmt.plot import require_matplotlib
+
+            require_matplotlib()
+            opts.attention_dir.mkdir(parents=True, exist_ok=True)
+
+    def add(self, line_no: int, result: Translation, translator: Translator) -> None:
+        from nmt.plot import alignment_pairs, save_attention_pngs
+
+        if not result.hypotheses:
+            if self.align:
+                self.align.write("\n")
+            return
+        hyp = result.hypotheses[0]
+        if self.align:
+            self.align.write(" ".join(f"{i}-{j}" for i, j in alignment_pairs(hyp.attention, self.opts.attention_layer))
+                             + "\n")
+        if self.opts.attention_dir is not None:
+            save_attention_pngs(self.opts, line_no, result, translator)
+
+    def close(self) -> None:
+        if self.align:
+            self.align.close()
