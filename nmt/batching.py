@@ -124,6 +124,8 @@ class TokenBatchSampler:
             raise NmtError(f"max_tokens must be >= 1, got {max_tokens}")
         if int(num_replicas) < 1 or not 0 <= int(rank) < int(num_replicas):
             raise NmtError(f"invalid DDP rank {rank} of num_replicas {num_replicas}")
+        if int(extra_tokens) < 0:
+            raise NmtError(f"extra_tokens must be >= 0, got {extra_tokens}")
         self.max_tokens = int(max_tokens)
         self.shuffle = bool(shuffle)
         self.seed = int(seed)

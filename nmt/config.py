@@ -149,6 +149,11 @@ def _check_type(key: str, value: Any, annotation: Any) -> Any:
         base = typing.get_origin(t) or t
         if base is float and isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if base is float and isinstance(value, str):  # YAML 1.1 reads "5e-4" as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if base is bool and isinstance(value, bool):
             return value
         if base is int and isinstance(value, int) and not isinstance(value, bool):

@@ -63,9 +63,11 @@ def read_lines(path_or_stream: str | os.PathLike[str] | IO[Any]) -> list[str]:
         return []
     # split("\n"), not splitlines(): U+2028, form feeds etc. are content, not line ends.
     lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the final newline ends the last line, it does not start a new one
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    last = lines.pop()  # "" when the text ends with a newline: that ends the last line, not a new one
+    lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    if last:
+        lines.append(last)  # unterminated last line: no "\r\n" to strip
+    return lines
 
 
 def _metric_names(metrics: str | Sequence[str]) -> list[str]:
