@@ -1,0 +1,373 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) for translation.
+
+Read top-down like the paper: positional encoding (§3.5), multi-head attention (§3.2), the
+position-wise feed-forward network (§3.3), encoder and decoder layers (§3.1), and the model with
+shared embeddings (§3.4). Search drives the decoder one position at a time through
+`init_cache` / `decode_step`; `DecoderCache` holds that incremental state.
+
+Shapes: B batch rows, S source length, T target length, D d_model, H heads, Dh = D / H,
+L decoder layers, V vocabulary. Masks handed to `scaled_dot_product_attention` are boolean with
+True = "may be attended to"; the padding masks this module returns are True = padding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def sinusoidal_positions(max_positions: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
+    pos = torch.arange(max_positions, dtype=torch.float64)[:, None]
+    angle = pos * torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    pe = torch.zeros(max_positions, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)[:, : d_model // 2]  # odd d_model: one cosine fewer
+    return pe.float()
+
+
+def xavier_(linear: nn.Linear, blocks: int = 1) -> None:
+    """Xavier-uniform weights, zero bias. A fused projection (Q|K|V) is initialised block by block
+    so each block gets the same scale as a separate d_model x d_model layer."""
+    with torch.no_grad():
+        for block in linear.weight.chunk(blocks, dim=0):
+            nn.init.xavier_uniform_(block)
+        nn.init.zeros_(linear.bias)
+
+
+def attention_with_weights(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout_p: float
+) -> tuple[Tensor, Tensor]:
+    """softmax(QK^T / sqrt(d_k)) V written out, because SDPA does not return the weights.
+    Weights are float32 [B, H, T, S]."""
+    scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    if causal:
+        T, S = scores.shape[-2:]
+        future = torch.ones(T, S, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    out = F.dropout(weights, dropout_p).to(v.dtype) @ v
+    return out, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention (§3.2.2).
+
+    Self-attention projects x to Q, K, V with one fused matrix; cross-attention (`cross=True`)
+    projects the decoder state to Q and the encoder output to K, V with one fused matrix, so the
+    decoder cache can compute K, V of the source once per sentence.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, attention_dropout: float, cross: bool = False):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not a multiple of n_heads={n_heads}")
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.attention_dropout = attention_dropout
+        if cross:
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+            xavier_(self.q_proj)
+            xavier_(self.kv_proj, blocks=2)
+        else:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
+            xavier_(self.qkv_proj, blocks=3)
+        self.out_proj = nn.Linear(d_model, d_model)
+        xavier_(self.out_proj)
+
+    def _split_heads(self, x: Tensor, n: int) -> tuple[Tensor, ...]:
+        """[B, T, n*D] -> n tensors [B, H, T, Dh]."""
+        B, T, _ = x.shape
+        return x.view(B, T, n, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4).unbind(0)
+
+    def qkv(self, x: Tensor) -> tuple[Tensor, ...]:
+        return self._split_heads(self.qkv_proj(x), 3)
+
+    def q(self, x: Tensor) -> Tensor:
+        return self._split_heads(self.q_proj(x), 1)[0]
+
+    def kv(self, memory: Tensor) -> tuple[Tensor, ...]:
+        return self._split_heads(self.kv_proj(memory), 2)
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Heads [B, H, T, Dh] -> output [B, T, D] and, only if asked, weights [B, H, T, S]."""
+        p = self.attention_dropout if self.training else 0.0
+        if need_weights:
+            out, weights = attention_with_weights(q, k, v, mask, causal, p)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
+            weights = None
+        B, H, T, Dh = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh)), weights
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2  (§3.3), with dropout on the hidden activation."""
+
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float):
+        super().__init__()
+        self.w1 = nn.Linear(d_model, d_ff)
+        self.w2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(activation_dropout)
+        xavier_(self.w1)
+        xavier_(self.w2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(self.dropout(F.relu(self.w1(x))))
+
+
+class _Residual(nn.Module):
+    """Residual connection around each sublayer. Post-norm (paper): LayerNorm(x + Dropout(f(x))).
+    Pre-norm: x + Dropout(f(LayerNorm(x))), which trains deep stacks more stably."""
+
+    def __init__(self, pre_norm: bool, dropout: float):
+        super().__init__()
+        self.pre_norm = pre_norm
+        self.dropout = nn.Dropout(dropout)
+
+    def _in(self, x: Tensor, norm: nn.LayerNorm) -> Tensor:
+        return norm(x) if self.pre_norm else x
+
+    def _add(self, x: Tensor, h: Tensor, norm: nn.LayerNorm) -> Tensor:
+        x = x + self.dropout(h)
+        return x if self.pre_norm else norm(x)
+
+
+class EncoderLayer(_Residual):
+    """Self-attention over the source, then the feed-forward network."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float,
+                 activation_dropout: float, pre_norm: bool):
+        super().__init__(pre_norm, dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.ffn = FeedForward(d_model, d_ff, activation_dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+
+    def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        h, weights = self.self_attn.attend(*self.self_attn.qkv(self._in(x, self.norm1)), mask=mask,
+                                           need_weights=need_weights)
+        x = self._add(x, h, self.norm1)
+        x = self._add(x, self.ffn(self._in(x, self.norm2)), self.norm2)
+        return x, weights
+
+
+class DecoderLayer(_Residual):
+    """Masked self-attention, attention over the encoder output, then the feed-forward network."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float,
+                 activation_dropout: float, pre_norm: bool):
+        super().__init__(pre_norm, dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, cross=True)
+        self.ffn = FeedForward(d_model, d_ff, activation_dropout)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+
+    def forward(self, x: Tensor, memory_kv: tuple[Tensor, ...], memory_mask: Tensor,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing over all T positions; the causal mask hides the future."""
+        h, _ = self.self_attn.attend(*self.self_attn.qkv(self._in(x, self.norm1)), causal=True)
+        x = self._add(x, h, self.norm1)
+        return self._cross_and_ffn(x, memory_kv, memory_mask, need_weights)
+
+    def step(self, x: Tensor, self_kv: Tensor, step: int, memory_kv: Tensor, memory_mask: Tensor,
+             need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """One new position x [B, 1, D]. Its K, V are written into `self_kv` [2, B, H, capacity, Dh] at
+        `step`; it attends to positions 0..step, all real, so no mask is needed."""
+        q, k, v = self.self_attn.qkv(self._in(x, self.norm1))
+        self_kv[0, :, :, step] = k[:, :, 0]
+        self_kv[1, :, :, step] = v[:, :, 0]
+        h, _ = self.self_attn.attend(q, self_kv[0, :, :, : step + 1], self_kv[1, :, :, : step + 1])
+        x = self._add(x, h, self.norm1)
+        return self._cross_and_ffn(x, memory_kv, memory_mask, need_weights)
+
+    def _cross_and_ffn(self, x: Tensor, memory_kv: tuple[Tensor, ...] | Tensor, memory_mask: Tensor,
+                       need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        k, v = memory_kv
+        q = self.cross_attn.q(self._in(x, self.norm2))
+        h, weights = self.cross_attn.attend(q, k, v, mask=memory_mask, need_weights=need_weights)
+        x = self._add(x, h, self.norm2)
+        x = self._add(x, self.ffn(self._in(x, self.norm3)), self.norm3)
+        return x, weights
+
+
+@dataclass
+class DecoderCache:
+    """Incremental decoding state of B rows (sentences, or sentences x beams).
+
+    cross_kv:    [L, 2, B, H, S, Dh] keys/values of the encoder output for every decoder layer,
+                 computed once in `init_cache`.
+    memory_mask: [B, 1, 1, S] bool, True where the source token is real (SDPA convention).
+    self_kv:     [L, 2, B, H, capacity, Dh] keys/values of target positions 0..step-1. The capacity
+                 starts small and doubles (up to the `max_len` hint, further only if needed), so memory
+                 and the cost of `reorder` follow the length actually decoded.
+    step:        positions decoded so far = position of the next token.
+    """
+
+    cross_kv: Tensor
+    memory_mask: Tensor
+    self_kv: Tensor
+    max_len: int
+    step: int = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.self_kv.size(2)
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows `index` in that order (repeats allowed, may be shorter than B): one gather per
+        tensor reorders beams and drops finished sentences at once."""
+        index = index.to(self.self_kv.device)
+        self.self_kv = self.self_kv.index_select(2, index)
+        self.cross_kv = self.cross_kv.index_select(2, index)
+        self.memory_mask = self.memory_mask.index_select(0, index)
+
+    def reserve(self, positions: int) -> None:
+        """Make room for `positions` target positions, doubling the capacity when it runs out."""
+        capacity = self.self_kv.size(4)
+        if positions <= capacity:
+            return
+        new_capacity = max(positions, min(2 * capacity, self.max_len))
+        grown = self.self_kv.new_empty(*self.self_kv.shape[:4], new_capacity, self.self_kv.size(5))
+        grown[:, :, :, :, :capacity] = self.self_kv
+        self.self_kv = grown
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer. Keyword names equal the fields of `nmt.config.ModelConfig`.
+
+    Embeddings: the decoder input embedding and the output projection are always the same matrix;
+    with `share_all_embeddings` the encoder embedding is that matrix too, but only when the two
+    vocabularies have the same size (a joint vocabulary) - otherwise it stays separate.
+    """
+
+    INITIAL_CACHE = 16  # positions preallocated by init_cache before doubling
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_heads: int = 8,
+                 d_ff: int = 2048, encoder_layers: int = 6, decoder_layers: int = 6, dropout: float = 0.1,
+                 attention_dropout: float = 0.0, activation_dropout: float = 0.0, pre_norm: bool = False,
+                 max_positions: int = 1024, share_all_embeddings: bool = True, pad_id: int = 0):
+        super().__init__()
+        self.d_model, self.n_heads, self.pad_id, self.max_positions = d_model, n_heads, pad_id, max_positions
+        self.embed_scale = math.sqrt(d_model)  # §3.4: embeddings are multiplied by sqrt(d_model)
+        self.tgt_embed = self._embedding(tgt_vocab_size)
+        self.shares_src_embedding = share_all_embeddings and src_vocab_size == tgt_vocab_size
+        self.src_embed = self.tgt_embed if self.shares_src_embedding else self._embedding(src_vocab_size)
+        self.register_buffer("positions", sinusoidal_positions(max_positions, d_model), persistent=False)
+        self.dropout = nn.Dropout(dropout)
+        layer_args = (d_model, n_heads, d_ff, dropout, attention_dropout, activation_dropout, pre_norm)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(decoder_layers))
+        # Pre-norm leaves the residual stream un-normalised, so each stack ends with a LayerNorm.
+        self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
+
+    def _embedding(self, vocab_size: int) -> nn.Embedding:
+        """N(0, d_model^-0.5) so that scaled by sqrt(d_model) the entries are ~N(0, 1); pad row zero."""
+        embed = nn.Embedding(vocab_size, self.d_model, padding_idx=self.pad_id)
+        nn.init.normal_(embed.weight, mean=0.0, std=self.d_model**-0.5)
+        with torch.no_grad():
+            embed.weight[self.pad_id].zero_()
+        return embed
+
+    def _embed(self, embedding: nn.Embedding, tokens: Tensor, offset: int = 0) -> Tensor:
+        end = offset + tokens.size(1)
+        if end > self.max_positions:
+            raise ValueError(f"sequence needs {end} positions, model has max_positions={self.max_positions}")
+        return self.dropout(embedding(tokens) * self.embed_scale + self.positions[offset:end])
+
+    def _project(self, x: Tensor) -> Tensor:
+        """Output logits with the (tied) target embedding matrix."""
+        return F.linear(x, self.tgt_embed.weight)
+
+    # ---- encoder ---------------------------------------------------------------------------------
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src [B, S] -> memory [B, S, D] and src_pad_mask [B, S] (True = padding)."""
+        memory, src_pad_mask, _ = self._encode(src, need_weights=False)
+        return memory, src_pad_mask
+
+    def _encode(self, src: Tensor, need_weights: bool) -> tuple[Tensor, Tensor, list[Tensor | None]]:
+        src_pad_mask = src.eq(self.pad_id)
+        mask = _attend_mask(src_pad_mask)
+        x = self._embed(self.src_embed, src)
+        weights = []
+        for layer in self.encoder_layers:
+            x, w = layer(x, mask, need_weights)
+            weights.append(w)
+        return self.encoder_norm(x), src_pad_mask, weights
+
+    # ---- decoder: teacher forcing ----------------------------------------------------------------
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor) -> Tensor:
+        """tgt_in [B, T] (BOS + target, right-padded) -> logits [B, T, V]. Padding sits at the end,
+        so the causal mask alone keeps it out of every real position."""
+        return self._decode(tgt_in, memory, src_pad_mask, need_weights=False)[0]
+
+    def _decode(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor,
+                need_weights: bool) -> tuple[Tensor, list[Tensor | None]]:
+        mask = _attend_mask(src_pad_mask)
+        x = self._embed(self.tgt_embed, tgt_in)
+        weights = []
+        for layer in self.decoder_layers:
+            x, w = layer(x, layer.cross_attn.kv(memory), mask, need_weights)
+            weights.append(w)
+        return self._project(self.decoder_norm(x)), weights
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """src [B, S], tgt_in [B, T] -> logits [B, T, V]."""
+        return self.decode(tgt_in, *self.encode(src))
+
+    # ---- decoder: one position at a time (search) ------------------------------------------------
+
+    def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int) -> DecoderCache:
+        """Decoding state for the rows of `memory`; max_len is the expected number of steps."""
+        cross_kv = torch.stack([torch.stack(layer.cross_attn.kv(memory)) for layer in self.decoder_layers])
+        L, _, B, H, _, Dh = cross_kv.shape
+        self_kv = cross_kv.new_empty(L, 2, B, H, max(1, min(max_len, self.INITIAL_CACHE)), Dh)
+        return DecoderCache(cross_kv, _attend_mask(src_pad_mask), self_kv, max_len=max_len)
+
+    def decode_step(self, tokens: Tensor, cache: DecoderCache,
+                    need_attention: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Feed tokens [B] at position `cache.step`; return (logits [B, V], attention).
+
+        Appends this position's self-attention K/V to the cache and advances `cache.step`.
+        attention is None unless `need_attention`: then the cross-attention weights of every
+        decoder layer and head, float32 [L, B, H, S] (computed explicitly; costs nothing otherwise).
+        Inference only (writes into the cache in place): call under torch.no_grad().
+        """
+        step = cache.step
+        cache.reserve(step + 1)
+        x = self._embed(self.tgt_embed, tokens[:, None], offset=step)
+        weights = []
+        for i, layer in enumerate(self.decoder_layers):
+            x, w = layer.step(x, cache.self_kv[i], step, cache.cross_kv[i], cache.memory_mask, need_attention)
+            weights.append(w)
+        cache.step = step + 1
+        logits = self._project(self.decoder_norm(x[:, 0]))
+        return logits, (torch.stack(weights)[:, :, :, 0] if need_attention else None)
+
+    # ---- attention weights for inspection / plots ------------------------------------------------
+
+    def encoder_attention(self, src: Tensor) -> Tensor:
+        """Self-attention weights of every encoder layer: float32 [L_enc, B, H, S, S]."""
+        return torch.stack(self._encode(src, need_weights=True)[2])
+
+    def decoder_attention(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Cross-attention weights of teacher-forced decoding of tgt_in: float32 [L, B, H, T, S]."""
+        memory, src_pad_mask = self.encode(src)
+        return torch.stack(self._decode(tgt_in, memory, src_pad_mask, need_weights=True)[1])
+
+
+def _attend_mask(pad_mask: Tensor) -> Tensor:
+    """Padding mask [B, S] (True = pad) -> SDPA key mask [B, 1, 1, S] (True = attend), broadcast
+    over heads and queries instead of materialising [B, H, T, S]."""
+    return ~pad_mask[:, None, None, :]

@@ -1,0 +1,238 @@
+"""Greedy and beam search: on a tiny Transformer trained to copy, and on table-driven stub models
+whose probabilities are known exactly."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nmt.model import Transformer
+from nmt.search import Hypothesis, beam_search, greedy_search, length_normalized, max_lengths
+
+torch.set_num_threads(2)
+
+PAD, BOS, EOS = 0, 2, 3
+V = 14  # 4 specials + 10 symbols
+
+
+def batch(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Copy task: src = seq + EOS, decoder input = BOS + seq, labels = seq + EOS; right-padded."""
+    width = max(map(len, seqs)) + 1
+
+    def pad(rows):
+        return torch.tensor([r + [PAD] * (width - len(r)) for r in rows])
+
+    return pad([s + [EOS] for s in seqs]), pad([[BOS] + s for s in seqs]), pad([s + [EOS] for s in seqs])
+
+
+@pytest.fixture(scope="module")
+def copy_model() -> tuple[Transformer, list[list[int]]]:
+    """A 2-layer model overfitted to copy 48 fixed sequences (a few seconds)."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 8, (48,), generator=g).tolist()
+    seqs = [torch.randint(4, V, (n,), generator=g).tolist() for n in lengths]
+    model = Transformer(V, V, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    src, tgt_in, labels = batch(seqs)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(400):
+        loss = F.cross_entropy(model(src, tgt_in).view(-1, V), labels.view(-1), ignore_index=PAD)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if loss.item() < 0.01:
+            break
+    return model.eval(), seqs
+
+
+def random_model(**kwargs) -> Transformer:
+    torch.manual_seed(1)
+    dims = dict(d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=2)
+    return Transformer(V, V, **dims, **kwargs).eval()
+
+
+def teacher_forced_logprob(model: Transformer, src_row: torch.Tensor, tokens: list[int]) -> float:
+    src = src_row[src_row.ne(PAD)][None]
+    with torch.no_grad():
+        lprobs = model(src, torch.tensor([[BOS] + tokens])).float().log_softmax(-1)[0]
+    return lprobs.gather(1, torch.tensor(tokens + [EOS])[:, None]).sum().item()
+
+
+# ---- a stub model: next-token probabilities are a table over the prefix --------------------------
+
+
+class TableCache:
+    def __init__(self, prefix: torch.Tensor, src_real: torch.Tensor):
+        self.prefix, self.src_real = prefix, src_real
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.prefix, self.src_real = self.prefix[index], self.src_real[index]
+
+
+class TableModel:
+    """Implements only what search may use: encode / init_cache / decode_step / max_positions."""
+
+    max_positions = 100
+
+    def __init__(self, table: dict[tuple[int, ...], dict[int, float]], default: dict[int, float]):
+        self.table, self.default = table, default
+
+    def encode(self, src):
+        return src.float()[..., None], src.eq(PAD)
+
+    def init_cache(self, memory, src_pad_mask, max_len):
+        B = memory.size(0)
+        return TableCache(torch.zeros(B, 0, dtype=torch.long), (~src_pad_mask).float())
+
+    def decode_step(self, tokens, cache, need_attention=False):
+        cache.prefix = torch.cat([cache.prefix, tokens[:, None]], dim=1)
+        logits = torch.full((tokens.numel(), V), -30.0)
+        for row, prefix in enumerate(cache.prefix[:, 1:].tolist()):
+            for token, p in self.table.get(tuple(prefix), self.default).items():
+                logits[row, token] = math.log(p)
+        attention = None
+        if need_attention:  # uniform over the real source tokens: [L=1, B, H=1, S]
+            attention = (cache.src_real / cache.src_real.sum(1, keepdim=True))[None, :, None]
+        return logits, attention
+
+
+A, B_, C, D = 4, 5, 6, 7  # symbols of the stub models
+
+# Greedy takes A (0.6) but then every continuation is weak: A C EOS = 0.3 < B EOS = 0.4.
+GREEDY_TRAP = TableModel(
+    {(): {A: 0.6, B_: 0.4}, (A,): {C: 0.5, D: 0.5}, (A, C): {EOS: 1.0}, (A, D): {EOS: 1.0},
+     (B_,): {EOS: 1.0}},
+    default={EOS: 1.0},
+)
+
+
+def test_beam_search_escapes_the_greedy_trap():
+    src = torch.tensor([[A, EOS]])
+    greedy = greedy_search(GREEDY_TRAP, src, length_penalty=0.0)[0][0]
+    best = beam_search(GREEDY_TRAP, src, beam=2, length_penalty=0.0)[0][0]
+    assert greedy.tokens[:1] == [A] and greedy.logprob == pytest.approx(math.log(0.3), abs=1e-5)
+    assert best.tokens == [B_] and best.logprob == pytest.approx(math.log(0.4), abs=1e-5)
+
+
+def test_length_penalty_reorders_hypotheses():
+    # [B] has logprob log 0.5 (2 tokens with EOS); [A C] has log(0.5 * 0.95 * 0.95) (3 tokens).
+    model = TableModel({(): {A: 0.5, B_: 0.5}, (A,): {C: 0.95}, (A, C): {EOS: 0.95}, (B_,): {EOS: 1.0}},
+                       default={EOS: 1.0})
+    src = torch.tensor([[A, EOS]])
+    short_first = beam_search(model, src, beam=2, nbest=2, length_penalty=0.0)[0]
+    long_first = beam_search(model, src, beam=2, nbest=2, length_penalty=2.0)[0]
+    assert [h.tokens for h in short_first] == [[B_], [A, C]]
+    assert [h.tokens for h in long_first] == [[A, C], [B_]]
+    for h in long_first:
+        assert h.score == pytest.approx(h.logprob / ((5 + len(h.tokens) + 1) / 6) ** 2.0)
+    assert length_normalized(-6.0, 1, 1.0) == -6.0
+    assert length_normalized(-6.0, 7, 1.0) == pytest.approx(-3.0)
+    assert length_normalized(-6.0, 7, 0.0) == -6.0
+
+
+def test_forced_eos_at_max_length_per_sentence():
+    # EOS is never among the 4 best candidates, so only the length limit ends a hypothesis.
+    never_eos = TableModel({}, default={A: 0.25, B_: 0.25, C: 0.25, D: 0.25, EOS: 1e-9})
+    src = torch.tensor([[A, A, A, A, EOS], [A, EOS, PAD, PAD, PAD]])  # src_len 5 and 2
+    for search in (greedy_search, beam_search):
+        hyps = search(never_eos, src, max_len_a=1.0, max_len_b=2, need_attention=True)
+        assert [len(h[0].tokens) for h in hyps] == [7, 4]
+        for h, n in zip(hyps, (5, 2), strict=True):
+            assert h[0].attention.shape == (len(h[0].tokens) + 1, n)
+    assert max_lengths(never_eos, src, PAD, 0.5, 1).tolist() == [3, 2]
+    for h in beam_search(never_eos, src, max_len_a=0.0, max_len_b=0):  # only EOS fits
+        assert h == [Hypothesis([], h[0].score, h[0].logprob)]
+        assert h[0].logprob == h[0].score == pytest.approx(math.log(1e-9), abs=1e-4)
+
+
+# ---- the real model ------------------------------------------------------------------------------
+
+
+def test_beam_search_recovers_the_copied_sequence(copy_model):
+    model, seqs = copy_model
+    src, _, _ = batch(seqs)
+    hyps = beam_search(model, src, beam=4)
+    assert [h[0].tokens for h in hyps] == seqs
+
+
+def test_beam_one_is_greedy(copy_model):
+    model, seqs = copy_model
+    for src in (batch(seqs)[0], random_inputs()):
+        for m in (model, random_model()):
+            greedy = greedy_search(m, src, need_attention=True, max_len_b=10)
+            beam1 = beam_search(m, src, beam=1, need_attention=True, max_len_b=10)
+            for g, b in zip(greedy, beam1, strict=True):
+                assert len(g) == len(b) == 1
+                g, b = g[0], b[0]
+                assert g.tokens == b.tokens and g.logprob == b.logprob and g.score == b.score
+                assert torch.equal(g.attention, b.attention)
+
+
+def random_inputs(n: int = 6) -> torch.Tensor:
+    g = torch.Generator().manual_seed(3)
+    lengths = torch.randint(1, 9, (n,), generator=g).tolist()
+    return batch([torch.randint(4, V, (k,), generator=g).tolist() for k in lengths])[0]
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_batched_equals_one_by_one(copy_model, beam):
+    model, seqs = copy_model
+    for m, src in ((model, batch(seqs[:8])[0]), (random_model(), random_inputs())):
+        batched = beam_search(m, src, beam=beam, nbest=beam, need_attention=True)
+        greedy = greedy_search(m, src, need_attention=True)
+        for i, row in enumerate(src):
+            alone = row[row.ne(PAD)][None]
+            one = beam_search(m, alone, beam=beam, nbest=beam, need_attention=True)[0]
+            assert [h.tokens for h in one] == [h.tokens for h in batched[i]]
+            for h1, hb in zip(one, batched[i], strict=True):
+                assert h1.logprob == pytest.approx(hb.logprob, abs=1e-4)
+                torch.testing.assert_close(h1.attention, hb.attention, atol=1e-5, rtol=0)
+            assert greedy_search(m, alone)[0][0].tokens == greedy[i][0].tokens
+
+
+def test_nbest_sorted_distinct_and_scored_correctly(copy_model):
+    model, seqs = copy_model
+    for m, src, layer in ((model, batch(seqs[:6])[0], -1), (random_model(), random_inputs(), 0)):
+        hyps = beam_search(m, src, beam=5, nbest=5, length_penalty=0.6, need_attention=True, max_len_b=12,
+                           attention_layer=layer)
+        for row, nbest in zip(src, hyps, strict=True):
+            assert 1 <= len(nbest) <= 5
+            scores = [h.score for h in nbest]
+            assert scores == sorted(scores, reverse=True)
+            assert len({tuple(h.tokens) for h in nbest}) == len(nbest)
+            src_len = int(row.ne(PAD).sum())
+            for h in nbest:
+                assert EOS not in h.tokens and BOS not in h.tokens
+                # Bookkeeping through reorders: the model agrees with the reported log-probability...
+                assert h.logprob == pytest.approx(teacher_forced_logprob(m, row, h.tokens), abs=1e-4)
+                assert h.score == pytest.approx(length_normalized(h.logprob, len(h.tokens) + 1, 0.6))
+                # ...and with the reported attention (chosen layer, mean over heads).
+                with torch.no_grad():
+                    weights = m.decoder_attention(row[None, :src_len], torch.tensor([[BOS] + h.tokens]))
+                torch.testing.assert_close(h.attention, weights[layer, 0].mean(0), atol=1e-5, rtol=0)
+                torch.testing.assert_close(h.attention.sum(-1), torch.ones(len(h.tokens) + 1))
+    assert len(beam_search(model, batch(seqs[:2])[0], beam=4, nbest=2)[0]) == 2
+
+
+def test_max_length_respected_and_capped_by_positions():
+    src = random_inputs(8)
+    src_len = src.ne(PAD).sum(1)
+    m = random_model()
+    for search in (greedy_search, beam_search):
+        for h, n in zip(search(m, src, max_len_a=0.5, max_len_b=2), src_len.tolist(), strict=True):
+            assert len(h[0].tokens) <= int(0.5 * n + 2)
+    short = random_model(max_positions=10)
+    for search in (greedy_search, beam_search):
+        hyps = search(short, src, max_len_a=2.0, max_len_b=50)
+        assert all(len(h[0].tokens) <= 9 for h in hyps)
+
+
+def test_empty_batch_and_argument_checks():
+    m = random_model()
+    empty = torch.zeros(0, 3, dtype=torch.long)
+    assert greedy_search(m, empty) == [] and beam_search(m, empty) == []
+    with pytest.raises(ValueError):
+        beam_search(m, random_inputs(1), beam=2, nbest=3)
