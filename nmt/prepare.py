@@ -1,0 +1,427 @@
+"""`nmt prepare`: raw parallel text → SentencePiece model(s) + encoded Arrow datasets + meta.json.
+
+Pipeline (memory stays bounded whatever the corpus size — nothing holds a list of sentences):
+
+1. read every split with `corpus.read_pairs` (streaming), clean + Unicode-normalize each line;
+   training pairs pass the text filters (empty, duplicate); valid/test are never dropped and
+   their cleaned text is also written out as BLEU references. Pairs stream straight into Arrow
+   files (pyarrow record batches, opened as a memory-mapped `Dataset`) in a temp dir inside the output dir.
+2. train SentencePiece (joint: both sides into one model; separate: one per side) from a stream
+   over the Arrow text; SentencePiece keeps a seeded reservoir sample of `spm_sample` sentences.
+3. encode with `datasets.map(batched=True, num_proc=...)`, drop training pairs by token length
+   (too_long, ratio) and `save_to_disk` each split.
+4. move the results into `cfg.dir` and write meta.json last (atomically): a crash at any point
+   leaves either the old complete preparation or a directory without meta.json, never a
+   half-written one that looks valid.
+
+A preparation is identified by a fingerprint of its options and input checksums: re-running
+with the same ones reuses the directory; different ones need `force`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from nmt import corpus
+from nmt.config import DataConfig
+from nmt.errors import NmtError
+from nmt.tokenizer import SPECIAL_IDS, Tokenizer, train_spm
+
+PREPARE_VERSION = 1
+META_FILE = "meta.json"
+SPLITS = ("train", "valid", "test")
+TMP_PREFIX = ".tmp-prepare-"
+
+
+# ---------------------------------------------------------------- helpers used by training
+
+
+def read_meta(data_dir: str | Path) -> dict[str, Any]:
+    """meta.json of a prepared data dir, or a one-line NmtError saying how to get one."""
+    path = Path(data_dir) / META_FILE
+    if not path.is_file():
+        raise NmtError(f"no prepared data in {data_dir} (run `nmt prepare` first)")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise NmtError(f"{path} is corrupt ({type(e).__name__}); run `nmt prepare --force`") from None
+    if not isinstance(meta, dict) or meta.get("version") != PREPARE_VERSION:
+        raise NmtError(f"{path} is not a version-{PREPARE_VERSION} preparation; run `nmt prepare --force`")
+    return meta
+
+
+def load_split(data_dir: str | Path, split: str):  # -> datasets.Dataset
+    """A prepared split as a memory-mapped `datasets.Dataset`."""
+    import datasets
+
+    path = Path(data_dir) / split
+    if not path.is_dir():
+        raise NmtError(f"prepared data in {data_dir} has no '{split}' split (was data.{split} set?)")
+    try:
+        return datasets.load_from_disk(str(path))
+    except Exception as e:
+        raise NmtError(f"cannot load {path}: {corpus._first_line(e)}; run `nmt prepare --force`") from None
+
+
+# ---------------------------------------------------------------- prepare
+
+
+def prepare(cfg: DataConfig, *, force: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Build (or reuse) the prepared data dir `cfg.dir`; returns its meta dict.
+
+    Same options and inputs as the existing preparation → reused as is. A different one → NmtError
+    unless `force`, which always rebuilds (files of the old preparation are replaced or removed;
+    other files in the directory are left alone).
+    """
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    _check_config(cfg)
+    out = Path(cfg.dir)
+    sources = {split: corpus.resolve(spec, cfg.src_lang, cfg.tgt_lang)
+               for split, spec in _split_specs(cfg).items()}
+    inputs = {key: value for source in sources.values() for key, value in source.checksums().items()}
+    options = {k: v for k, v in asdict(cfg).items() if k not in ("dir", "num_proc")}
+    fingerprint = _sha256_json({"version": PREPARE_VERSION, "options": options, "inputs": inputs})
+
+    old = _existing_meta(out)
+    if old is not None:
+        if old.get("fingerprint") == fingerprint and _complete(out, old) and not force:
+            console.print(f"reusing prepared data in {out} (same inputs and options)")
+            return old
+        if old.get("fingerprint") != fingerprint and not force:
+            raise NmtError(f"{out} holds a different preparation; use --force to overwrite")
+    _check_outputs_spare_inputs(out, cfg, sources)
+    if out.exists() and not out.is_dir():
+        raise NmtError(f"data.dir {out} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp(out)
+
+    started = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=out))
+    try:
+        with _datasets_quiet():
+            meta = _build(cfg, sources, tmp, console, progress)
+        meta.update(inputs=inputs, options=options, fingerprint=fingerprint)
+        _install(out, tmp, meta, old)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    console.print(f"prepared data in {out} ({time.perf_counter() - started:.1f}s)")
+    return meta
+
+
+def _check_config(cfg: DataConfig) -> None:
+    if not cfg.train:
+        raise NmtError("data.train is not set (a file prefix, a .tsv file, or a datasets name/directory)")
+    if cfg.src_lang == cfg.tgt_lang:
+        raise NmtError(f"data.src_lang and data.tgt_lang are both '{cfg.src_lang}'")
+    if cfg.normalize not in (None, "NFC", "NFKC", "NFD", "NFKD"):
+        raise NmtError("data.normalize must be NFC/NFKC/NFD/NFKD or null")
+    if cfg.spm_type not in ("bpe", "unigram"):
+        raise NmtError("data.spm_type must be 'bpe' or 'unigram'")
+    if cfg.num_proc < 1 or cfg.spm_sample < 1 or cfg.max_len < 1:
+        raise NmtError("data.num_proc, data.spm_sample and data.max_len must be >= 1")
+
+
+def _split_specs(cfg: DataConfig) -> dict[str, str]:
+    specs = {"train": cfg.train, "valid": cfg.valid, "test": cfg.test}
+    return {split: spec for split, spec in specs.items() if spec}
+
+
+def _hf_split(cfg: DataConfig, split: str) -> str:
+    return {"train": cfg.hf_train_split, "valid": cfg.hf_valid_split, "test": cfg.hf_test_split}[split]
+
+
+def _sha256_json(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def _existing_meta(out: Path) -> dict[str, Any] | None:
+    """The current meta.json of `out`; an unreadable one counts as a different preparation."""
+    if not (out / META_FILE).is_file():
+        return None
+    try:
+        return read_meta(out)
+    except NmtError:
+        return {"fingerprint": None}
+
+
+def _outputs(meta: dict[str, Any]) -> list[str]:
+    """Names (relative to the data dir) a preparation consists of, meta.json excluded."""
+    names = list(dict.fromkeys((meta.get("spm_files") or {}).values()))
+    for split in meta.get("splits") or {}:
+        names.append(split)
+        if split != "train":
+            names += [f"{split}.{meta['src_lang']}", f"{split}.{meta['tgt_lang']}"]
+    return names
+
+
+def _complete(out: Path, meta: dict[str, Any]) -> bool:
+    return bool(meta.get("splits")) and all((out / name).exists() for name in _outputs(meta))
+
+
+def _check_outputs_spare_inputs(out: Path, cfg: DataConfig, sources: dict[str, corpus.Source]) -> None:
+    """Refuse a data.dir whose outputs would overwrite an input (e.g. raw valid.en inside it)."""
+    planned = ["spm.model", f"spm.{cfg.src_lang}.model", f"spm.{cfg.tgt_lang}.model", META_FILE, *SPLITS,
+               *(f"{s}.{lang}" for s in ("valid", "test") for lang in (cfg.src_lang, cfg.tgt_lang))]
+    targets = {(out / name).resolve(): name for name in planned}
+    for source in sources.values():
+        for path in source.paths:
+            resolved = path.resolve()
+            for target, name in targets.items():
+                if resolved == target or target in resolved.parents:
+                    raise NmtError(f"input {path} would be overwritten by the prepared '{name}' in {out}; "
+                                   "choose another data.dir")
+
+
+def _remove_stale_tmp(out: Path) -> None:
+    """Temp dirs left by killed runs (their pid is gone)."""
+    for path in out.glob(f"{TMP_PREFIX}*"):
+        try:
+            pid = int(path.name[len(TMP_PREFIX):].split("-")[0])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except (ValueError, PermissionError, OSError):
+            pass
+
+
+def _install(out: Path, tmp: Path, meta: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """Move the built files into `out`; meta.json goes last so a crash never looks complete."""
+    (out / META_FILE).unlink(missing_ok=True)
+    new = _outputs(meta)
+    stale = [name for name in (_outputs(old) if old and old.get("splits") else []) if name not in new]
+    for name in [*stale, *new]:
+        target = out / name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif target.exists() or target.is_symlink():
+            target.unlink()
+    for name in new:
+        os.replace(tmp / name, out / name)
+    partial = tmp / META_FILE
+    with open(partial, "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, out / META_FILE)
+
+
+@contextmanager
+def _datasets_quiet() -> Iterator[None]:
+    """Silence `datasets` warnings/bars for the duration; restore the caller's settings after."""
+    import datasets
+
+    bars, verbosity = datasets.is_progress_bar_enabled(), datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        datasets.logging.set_verbosity(verbosity)
+        (datasets.enable_progress_bars if bars else datasets.disable_progress_bars)()
+
+
+@contextmanager
+def _datasets_bars(show: bool) -> Iterator[None]:
+    import datasets
+
+    if show:
+        datasets.enable_progress_bars()
+    try:
+        yield
+    finally:
+        datasets.disable_progress_bars()
+
+
+# ---------------------------------------------------------------- building
+
+
+def _build(cfg: DataConfig, sources: dict[str, corpus.Source], tmp: Path, console: Console,
+           progress: bool) -> dict[str, Any]:
+    # 1. read all splits first: a bad valid/test file fails before the slow SentencePiece step
+    filters = corpus.PairFilter(max_len=cfg.max_len, max_ratio=cfg.max_ratio, dedup=cfg.dedup)
+    raw = {split: _read_split(cfg, split, tmp, filters if split == "train" else None, progress)
+           for split in sources}
+    filters.release()
+    if len(raw["train"]) == 0:
+        if filters.counts["read"] == 0:
+            raise NmtError(f"training data {cfg.train} is empty")
+        raise NmtError(f"no training pairs left after filtering ({filters.counts['read']} read; "
+                       f"{filters.summary()})")
+
+    # 2. SentencePiece
+    started = time.perf_counter()
+    status = console.status("training SentencePiece...") if progress else nullcontext()
+    with status:
+        tokenizer = _train_tokenizer(cfg, raw["train"])
+    _return_freed_memory()
+    spm_files = tokenizer.save(tmp)
+    kind = "joint" if cfg.joint_vocab else "separate"
+    console.print(f"SentencePiece {cfg.spm_type} ({kind}) vocab {tokenizer.src_vocab_size}/"
+                  f"{tokenizer.tgt_vocab_size} trained in {time.perf_counter() - started:.1f}s")
+
+    # 3. encode, length-filter train, save
+    splits = {}
+    for split, dataset in raw.items():
+        encoded = _encode(cfg, split, dataset, tokenizer, progress)
+        src_len = encoded.data.column("src_len").to_numpy()
+        tgt_len = encoded.data.column("tgt_len").to_numpy()
+        if split == "train":
+            keep = filters.length_mask(src_len, tgt_len)
+            if not keep.any():
+                raise NmtError(f"no training pairs left after filtering ({filters.counts['read']} read; "
+                               f"{filters.summary()})")
+            if not keep.all():
+                encoded = encoded.select(np.flatnonzero(keep), new_fingerprint=uuid.uuid4().hex)
+            src_len, tgt_len = src_len[keep], tgt_len[keep]
+            console.print(f"train: read {filters.counts['read']} pairs, dropped {filters.summary()}, "
+                          f"kept {filters.counts['kept']}")
+        else:
+            console.print(f"{split}: {len(encoded)} pairs (never filtered)")
+            if len(encoded) == 0:
+                console.print(f"[yellow]warning:[/] the {split} split is empty")
+        # an empty dataset needs an explicit shard, else load_from_disk cannot read it back
+        encoded.save_to_disk(str(tmp / split), num_shards=1 if len(encoded) == 0 else None)
+        splits[split] = {"pairs": len(encoded), "src_tokens": int(src_len.sum()),
+                         "tgt_tokens": int(tgt_len.sum())}
+
+    return {
+        "version": PREPARE_VERSION, "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang,
+        "joint_vocab": cfg.joint_vocab, "spm_type": cfg.spm_type,
+        "src_vocab_size": tokenizer.src_vocab_size, "tgt_vocab_size": tokenizer.tgt_vocab_size,
+        "special_ids": dict(SPECIAL_IDS), "spm_files": spm_files, "splits": splits,
+        "filters": {name: filters.counts[name] for name in (*corpus.FILTERS, "kept", "read")},
+    }
+
+
+def _encoded_features():  # -> datasets.Features
+    import datasets
+
+    ids = datasets.List(datasets.Value("int32"))
+    return datasets.Features({"src_ids": ids, "tgt_ids": ids, "src_len": datasets.Value("int32"),
+                              "tgt_len": datasets.Value("int32")})
+
+
+def _progress(progress: bool) -> Progress:
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                    TextColumn("{task.completed:,} pairs"), TimeElapsedColumn(),
+                    console=Console(stderr=True), disable=not progress, transient=False)
+
+
+def _read_split(cfg: DataConfig, split: str, tmp: Path, filters: corpus.PairFilter | None, progress: bool):
+    """Stream one split into an Arrow text file (a memory-mapped Dataset); valid/test text also goes
+    to <split>.<lang>. Batches are written with pyarrow directly: `Dataset.from_generator` gives the
+    same Arrow file but encodes every example in Python, which made this pass 3x slower."""
+    import datasets
+    import pyarrow as pa
+
+    pairs = corpus.read_pairs(getattr(cfg, split), cfg.src_lang, cfg.tgt_lang, hf_config=cfg.hf_config,
+                              hf_split=_hf_split(cfg, split), src_column=cfg.src_column,
+                              tgt_column=cfg.tgt_column, cache_dir=str(tmp / "hf-cache"))
+    texts = [tmp / f"{split}.{lang}" for lang in (cfg.src_lang, cfg.tgt_lang)] if filters is None else []
+    arrow = tmp / "cache" / f"{split}-text.arrow"
+    arrow.parent.mkdir(exist_ok=True)
+    schema = pa.schema([("src", pa.string()), ("tgt", pa.string())])
+    src_batch: list[str] = []
+    tgt_batch: list[str] = []
+
+    def flush(writer: pa.ipc.RecordBatchStreamWriter) -> None:
+        columns = [pa.array(batch, pa.string()) for batch in (src_batch, tgt_batch)]
+        writer.write_batch(pa.record_batch(columns, schema=schema))
+        src_batch.clear()
+        tgt_batch.clear()
+
+    with (pa.OSFile(str(arrow), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer,
+          _progress(progress) as bar):
+        files = [open(path, "w", encoding="utf-8", newline="\n") for path in texts]
+        try:
+            task = bar.add_task(f"reading {split}", total=None)
+            count = 0
+            for count, (src, tgt) in enumerate(pairs, 1):
+                src, tgt = corpus.normalize(src, cfg.normalize), corpus.normalize(tgt, cfg.normalize)
+                if files:
+                    files[0].write(src + "\n")
+                    files[1].write(tgt + "\n")
+                if filters is None or filters.keep_text(src, tgt):
+                    src_batch.append(src)
+                    tgt_batch.append(tgt)
+                    if len(src_batch) == 10_000:
+                        flush(writer)
+                if count % 20_000 == 0:
+                    bar.update(task, completed=count)
+            if src_batch:
+                flush(writer)
+            bar.update(task, completed=count)
+        finally:
+            for f in files:
+                f.close()
+    return datasets.Dataset.from_file(str(arrow))
+
+
+def _return_freed_memory() -> None:
+    """Hand the heap SentencePiece freed back to the OS (glibc keeps it otherwise), so the encoding
+    workers forked next do not start from a bloated parent. A no-op where there is no glibc."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _stream_text(dataset, columns: tuple[str, ...]) -> Iterator[str]:
+    for batch in dataset.select_columns(list(columns)).iter(batch_size=10_000):
+        for column in columns:
+            yield from batch[column]
+
+
+def _train_tokenizer(cfg: DataConfig, train) -> Tokenizer:
+    options = dict(vocab_size=cfg.vocab_size, model_type=cfg.spm_type,
+                   character_coverage=cfg.character_coverage, seed=cfg.seed, sample_cap=cfg.spm_sample)
+    langs = dict(src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, normalize=cfg.normalize)
+    if cfg.joint_vocab:
+        return Tokenizer(train_spm(_stream_text(train, ("src", "tgt")), **options), **langs)
+    models = []
+    for column, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang)):
+        try:
+            models.append(train_spm(_stream_text(train, (column,)), **options))
+        except NmtError as e:
+            raise NmtError(f"{lang} side: {e}") from None
+    return Tokenizer(models[0], models[1], **langs)
+
+
+def _encode_batch(batch: dict[str, list[str]], tokenizer: Tokenizer) -> dict[str, list]:
+    src = tokenizer.encode_src(batch["src"], clean=False)  # text was cleaned while reading
+    tgt = tokenizer.encode_tgt(batch["tgt"], clean=False)
+    return {"src_ids": src, "tgt_ids": tgt, "src_len": [len(x) for x in src],
+            "tgt_len": [len(x) for x in tgt]}
+
+
+def _encode(cfg: DataConfig, split: str, dataset, tokenizer: Tokenizer, progress: bool):
+    import datasets
+
+    if len(dataset) == 0:  # map() on no rows would not add the new columns
+        features = _encoded_features()
+        return datasets.Dataset.from_dict({name: [] for name in features}, features=features)
+    # A worker per >= 1000 rows: forking for a tiny valid set costs more than it saves.
+    procs = max(1, min(cfg.num_proc, len(dataset) // 1000))
+    with _datasets_bars(progress):
+        return dataset.map(_encode_batch, batched=True, batch_size=1000,
+                           num_proc=procs if procs > 1 else None,
+                           remove_columns=["src", "tgt"], features=_encoded_features(),
+                           fn_kwargs={"tokenizer": tokenizer}, new_fingerprint=uuid.uuid4().hex,
+                           desc=f"encoding {split}")

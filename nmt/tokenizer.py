@@ -1,0 +1,214 @@
+"""SentencePiece subword models: training, encoding/decoding, and storage as bytes.
+
+A `Tokenizer` is built from serialized model bytes, so it can live inside a checkpoint
+(`to_state`/`from_state`) and be pickled to `datasets.map` worker processes. Ids never include
+BOS/EOS: the model code adds them (see CONVENTIONS.md).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import sentencepiece as spm
+
+from nmt.corpus import clean_text, normalize
+from nmt.errors import NmtError
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+SPECIAL_IDS = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
+
+
+def train_spm(sentences: Iterable[str], vocab_size: int, model_type: str = "bpe",
+              character_coverage: float = 1.0, seed: int = 1, sample_cap: int = 2_000_000) -> bytes:
+    """Train a SentencePiece model on a stream of sentences; returns the serialized model.
+
+    The stream is consumed once; SentencePiece keeps a uniform reservoir sample of at most
+    `sample_cap` sentences over the whole stream, so memory does not grow with the corpus. The
+    sample is deterministic (sentencepiece 0.2's sampler does not even depend on `seed`, which
+    still fixes SentencePiece's other randomness).
+    """
+    if model_type not in ("bpe", "unigram"):
+        raise NmtError(f"unknown SentencePiece model type '{model_type}' (use bpe or unigram)")
+    if sample_cap <= 100:
+        raise NmtError(f"SentencePiece sample cap {sample_cap} is too small (data.spm_sample must be > 100)")
+    spm.set_random_generator_seed(seed)
+    writer = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences), model_writer=writer, vocab_size=vocab_size,
+            model_type=model_type, character_coverage=character_coverage,
+            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+            input_sentence_size=sample_cap, shuffle_input_sentence=True,
+            num_threads=os.cpu_count() or 1, minloglevel=2,
+        )
+    except RuntimeError as e:
+        raise NmtError(_spm_error(str(e), vocab_size)) from None
+    return writer.getvalue()
+
+
+def _spm_error(message: str, vocab_size: int) -> str:
+    if "too high" in message or "too large" in message:
+        match = re.search(r"<=\s*(\d+)", message)
+        limit = f" (max {match.group(1)})" if match else ""
+        return f"vocab size {vocab_size} is too large for this data{limit}; lower data.vocab_size"
+    if "smaller than required_chars" in message:
+        match = re.search(r"(\d+) vs (\d+)", message)
+        need = f" (needs at least {match.group(2)})" if match else ""
+        return (f"vocab size {vocab_size} is too small for this data{need}; "
+                "raise data.vocab_size or lower data.character_coverage")
+    line = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    return f"SentencePiece training failed: {line}"
+
+
+def _processor(model: bytes, what: str) -> spm.SentencePieceProcessor:
+    processor = spm.SentencePieceProcessor()
+    try:
+        processor.LoadFromSerializedProto(model)
+    except (RuntimeError, TypeError, OSError) as e:
+        raise NmtError(f"{what} is not a valid SentencePiece model ({e})") from None
+    found = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
+    if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+        raise NmtError(f"{what} has special ids pad/unk/bos/eos={found}, expected (0, 1, 2, 3)")
+    return processor
+
+
+def _sanitize(line: str) -> str:
+    # Lone surrogates (e.g. from surrogateescape'd stdin) cannot be UTF-8 encoded for SentencePiece.
+    return line.encode("utf-8", "replace").decode("utf-8")
+
+
+class Tokenizer:
+    """Source/target SentencePiece models; `tgt_model=None` means one joint model for both sides.
+
+    `normalize` is the Unicode form the training data was normalized with; `encode_*` applies it
+    (and the corpus line cleaning) so text at translation time is treated like the training data.
+    """
+
+    def __init__(self, src_model: bytes, tgt_model: bytes | None = None, *, src_lang: str = "src",
+                 tgt_lang: str = "tgt", normalize: str | None = None) -> None:
+        self._src_model, self._tgt_model = bytes(src_model), None if tgt_model is None else bytes(tgt_model)
+        self.src_lang, self.tgt_lang, self.normalize = src_lang, tgt_lang, normalize
+        self._load()
+
+    def _load(self) -> None:
+        self._src = _processor(self._src_model, "source tokenizer model")
+        joint = self._tgt_model is None
+        self._tgt = self._src if joint else _processor(self._tgt_model, "target tokenizer model")
+
+    # -- properties
+    @property
+    def joint(self) -> bool:
+        return self._tgt_model is None
+
+    @property
+    def src_vocab_size(self) -> int:
+        return self._src.get_piece_size()
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        return self._tgt.get_piece_size()
+
+    # -- encoding / decoding
+    def _prepare(self, lines: list[str], clean: bool) -> list[str]:
+        if not clean:
+            return list(lines)
+        return [normalize(clean_text(line), self.normalize) for line in lines]
+
+    def _encode(self, processor: spm.SentencePieceProcessor, lines: list[str],
+                clean: bool) -> list[list[int]]:
+        texts = self._prepare(lines, clean)
+        try:
+            return processor.encode(texts, out_type=int)
+        except (UnicodeEncodeError, TypeError):
+            return processor.encode([_sanitize(str(t)) for t in texts], out_type=int)
+
+    def encode_src(self, lines: list[str], *, clean: bool = True) -> list[list[int]]:
+        """Source lines → ids (no BOS/EOS). `clean=False` skips cleaning for already-clean text."""
+        return self._encode(self._src, lines, clean)
+
+    def encode_tgt(self, lines: list[str], *, clean: bool = True) -> list[list[int]]:
+        return self._encode(self._tgt, lines, clean)
+
+    def decode_tgt(self, ids: list[list[int]]) -> list[str]:
+        """Target ids → text. Stops at the first EOS; drops PAD/BOS and ids outside the vocabulary."""
+        size = self.tgt_vocab_size
+        kept = []
+        for seq in ids:
+            seq = [int(i) for i in seq]
+            if EOS_ID in seq:
+                seq = seq[:seq.index(EOS_ID)]
+            kept.append([i for i in seq if i not in (PAD_ID, BOS_ID) and 0 <= i < size])
+        return self._tgt.decode(kept) if kept else []
+
+    def src_pieces(self, line: str) -> list[str]:
+        return self._src.encode(_sanitize(normalize(clean_text(line), self.normalize)), out_type=str)
+
+    def tgt_pieces(self, ids: list[int]) -> list[str]:
+        size = self.tgt_vocab_size
+        return [self._tgt.id_to_piece(int(i)) if 0 <= int(i) < size else "<invalid>" for i in ids]
+
+    # -- storage
+    def to_state(self) -> dict[str, Any]:
+        """Plain dict of bytes/str (checkpoint-friendly, works with torch.load(weights_only=True))."""
+        return {"src_model": self._src_model, "tgt_model": self._tgt_model, "src_lang": self.src_lang,
+                "tgt_lang": self.tgt_lang, "normalize": self.normalize}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Tokenizer:
+        if not isinstance(state, dict) or not isinstance(state.get("src_model"), (bytes, bytearray)):
+            raise NmtError("tokenizer state is missing or corrupt (no source model bytes)")
+        return cls(state["src_model"], state.get("tgt_model"), src_lang=state.get("src_lang", "src"),
+                   tgt_lang=state.get("tgt_lang", "tgt"), normalize=state.get("normalize"))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.to_state()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._src_model, self._tgt_model = state["src_model"], state["tgt_model"]
+        self.src_lang, self.tgt_lang = state["src_lang"], state["tgt_lang"]
+        self.normalize = state["normalize"]
+        self._load()
+
+    def spm_files(self) -> dict[str, str]:
+        """File names inside a data dir: spm.model if joint, else spm.<src>.model + spm.<tgt>.model."""
+        if self.joint:
+            return {"src": "spm.model", "tgt": "spm.model"}
+        return {"src": f"spm.{self.src_lang}.model", "tgt": f"spm.{self.tgt_lang}.model"}
+
+    def save(self, data_dir: str | Path) -> dict[str, str]:
+        """Write the model file(s) into `data_dir`; returns `spm_files()` (meta.json is prepare's job)."""
+        out = Path(data_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        files = self.spm_files()
+        (out / files["src"]).write_bytes(self._src_model)
+        if not self.joint:
+            (out / files["tgt"]).write_bytes(self._tgt_model or b"")
+        return files
+
+    @classmethod
+    def load(cls, data_dir: str | Path) -> Tokenizer:
+        """Read meta.json and the SentencePiece model file(s) of a prepared data dir."""
+        from nmt.prepare import read_meta  # prepare imports this module
+
+        meta = read_meta(data_dir)
+        files = meta.get("spm_files") or {"src": "spm.model", "tgt": "spm.model"}
+        root = Path(data_dir)
+        models = []
+        for side in ("src", "tgt"):
+            path = root / files[side]
+            if not path.is_file():
+                raise NmtError(f"missing tokenizer model {path} (run `nmt prepare --force`)")
+            models.append(path.read_bytes())
+        joint = bool(meta.get("joint_vocab", files["src"] == files["tgt"]))
+        options = meta.get("options") or {}
+        return cls(models[0], None if joint else models[1], src_lang=meta.get("src_lang", "src"),
+                   tgt_lang=meta.get("tgt_lang", "tgt"), normalize=options.get("normalize"))
+
+    def __repr__(self) -> str:
+        kind = "joint" if self.joint else "separate"
+        return f"Tokenizer({kind}, src_vocab={self.src_vocab_size}, tgt_vocab={self.tgt_vocab_size})"

@@ -1,0 +1,145 @@
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import random
+
+import pytest
+
+from nmt.demo import generate_pairs
+from nmt.errors import NmtError
+from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_spm
+
+PAIRS = generate_pairs(2000, seed=5)
+EN = [en for en, _ in PAIRS]
+DE = [de for _, de in PAIRS]
+
+
+@pytest.fixture(scope="module")
+def joint() -> Tokenizer:
+    model = train_spm(EN + DE, vocab_size=400, seed=1)
+    return Tokenizer(model, src_lang="en", tgt_lang="de", normalize="NFC")
+
+
+@pytest.fixture(scope="module")
+def separate() -> Tokenizer:
+    return Tokenizer(train_spm(iter(EN), 200, model_type="unigram"), train_spm(iter(DE), 300),
+                     src_lang="en", tgt_lang="de")
+
+
+def test_special_ids(joint):
+    assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
+    assert joint.tgt_pieces([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
+    ids = joint.encode_src(EN[:200])
+    assert all(ids) and not any(i in (PAD_ID, BOS_ID, EOS_ID) for seq in ids for i in seq)  # no bos/eos added
+    assert not any(UNK_ID in seq for seq in ids)  # every character was seen in training
+
+
+def test_roundtrip(joint, separate):
+    for tok in (joint, separate):
+        assert tok.decode_tgt(tok.encode_tgt(DE[:300])) == DE[:300]
+    assert joint.decode_tgt(joint.encode_src(EN[:50])) == EN[:50]  # joint: one vocabulary
+
+
+def test_decode_strips_specials_and_stops_at_eos(joint):
+    ids = joint.encode_tgt(["das rote Auto"])[0]
+    assert joint.decode_tgt([[BOS_ID, *ids, EOS_ID, PAD_ID, PAD_ID]]) == ["das rote Auto"]
+    assert joint.decode_tgt([[*ids, EOS_ID, *ids]]) == ["das rote Auto"]
+    assert joint.decode_tgt([[PAD_ID, PAD_ID], [], [EOS_ID]]) == ["", "", ""]
+    assert joint.decode_tgt([[*ids, 10**6, -5]]) == ["das rote Auto"]  # ids outside the vocab are dropped
+    assert joint.decode_tgt([]) == []
+
+
+def test_joint_vs_separate(joint, separate):
+    assert joint.joint and joint.src_vocab_size == joint.tgt_vocab_size == 400
+    assert joint.encode_src(["zwei rote Autos"]) == joint.encode_tgt(["zwei rote Autos"])
+    assert joint.spm_files() == {"src": "spm.model", "tgt": "spm.model"}
+    assert not separate.joint and (separate.src_vocab_size, separate.tgt_vocab_size) == (200, 300)
+    assert separate.spm_files() == {"src": "spm.en.model", "tgt": "spm.de.model"}
+    assert separate.encode_src(["the red car"]) != separate.encode_tgt(["the red car"])
+    assert separate.src_pieces("the red car")[0].startswith("\u2581")
+
+
+def test_pickle_and_state(joint, separate):
+    for tok in (joint, separate):
+        for copy in (pickle.loads(pickle.dumps(tok)), Tokenizer.from_state(tok.to_state())):
+            assert copy.joint == tok.joint and copy.normalize == tok.normalize
+            assert copy.encode_src(EN[:20]) == tok.encode_src(EN[:20])
+            assert copy.encode_tgt(DE[:20]) == tok.encode_tgt(DE[:20])
+    with pytest.raises(NmtError, match="tokenizer state"):
+        Tokenizer.from_state({"nothing": 1})
+
+
+def test_state_survives_torch_weights_only(joint):
+    torch = pytest.importorskip("torch")
+    buffer = io.BytesIO()
+    torch.save({"tokenizer": joint.to_state()}, buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)["tokenizer"]
+    assert Tokenizer.from_state(state).encode_tgt(DE[:5]) == joint.encode_tgt(DE[:5])
+
+
+def test_save_and_load_data_dir(tmp_path, separate):
+    files = separate.save(tmp_path)
+    meta = {"version": 1, "src_lang": "en", "tgt_lang": "de", "joint_vocab": False, "spm_files": files,
+            "options": {"normalize": "NFKC"}}
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    loaded = Tokenizer.load(tmp_path)
+    assert not loaded.joint and loaded.normalize == "NFKC"
+    assert loaded.encode_tgt(DE[:10]) == separate.encode_tgt(DE[:10])
+    (tmp_path / "spm.de.model").unlink()
+    with pytest.raises(NmtError, match=r"missing tokenizer model .*spm\.de\.model"):
+        Tokenizer.load(tmp_path)
+    with pytest.raises(NmtError, match="run `nmt prepare` first"):
+        Tokenizer.load(tmp_path / "nowhere")
+
+
+def test_odd_unicode_encodes_and_decodes(joint):
+    odd = ["", "   ", "\x00\x01\x1b[31m red \x7f", "😀🚗 emoji " * 3, "a\u2028b\u2029c\x85d",
+           "\ud800 lone surrogate", "ünïcödé " * 300, "x" * 2000, "\U0010ffff\ufeff\u200b", "e\u0301"]
+    ids = joint.encode_src(odd)
+    assert len(ids) == len(odd) and ids[0] == [] and ids[1] == []
+    texts = joint.decode_tgt(ids)
+    assert len(texts) == len(odd) and all(isinstance(t, str) and "\n" not in t for t in texts)
+    assert "\x00" not in joint.src_pieces("a\x00b") and joint.src_pieces("") == []
+    assert joint.encode_src(["e\u0301"]) == joint.encode_src(["\u00e9"])  # NFC applied like in prepare
+
+
+def test_training_is_deterministic_and_sample_capped():
+    assert train_spm(EN, 300, seed=3) == train_spm(EN, 300, seed=3)
+    train_spm(EN, 1000)  # fine with all 2000 sentences ...
+    with pytest.raises(NmtError, match=r"vocab size 1000 is too large for this data \(max \d+\)"):
+        train_spm(EN, 1000, sample_cap=150)  # ... too large for a 150-sentence sample
+    with pytest.raises(NmtError, match=r"data.spm_sample must be > 100"):
+        train_spm(EN, 300, sample_cap=100)
+
+
+def test_sample_is_drawn_from_the_whole_stream():
+    rng = random.Random(0)
+
+    def lines(letters: str) -> list[str]:
+        def word() -> str:
+            return "".join(rng.choice(letters) for _ in range(5))
+
+        return [" ".join(word() for _ in range(8)) for _ in range(4000)]
+
+    first, second = lines("abcdefghijklm"), lines("nopqrstuvwxyz")
+    tok = Tokenizer(train_spm(first + second, 200, sample_cap=500))  # 500 of 8000, not the first 500
+    pieces = tok.tgt_pieces(list(range(4, tok.tgt_vocab_size)))
+    assert sum(any(c in "nopqrstuvwxyz" for c in p) for p in pieces) > 50
+    assert sum(any(c in "abcdefghijklm" for c in p) for p in pieces) > 50
+
+
+def test_vocab_size_errors():
+    with pytest.raises(NmtError, match=r"vocab size 5000 is too large for this data \(max \d+\)"):
+        train_spm(EN[:100], 5000)
+    with pytest.raises(NmtError, match=r"vocab size 10 is too small for this data"):
+        train_spm(EN[:100], 10, model_type="unigram")
+    with pytest.raises(NmtError, match="unknown SentencePiece model type"):
+        train_spm(EN, 300, model_type="word2vec")
+
+
+def test_invalid_model_bytes():
+    with pytest.raises(NmtError, match="not a valid SentencePiece model"):
+        Tokenizer(b"not a model")
