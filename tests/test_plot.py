@@ -1,0 +1,261 @@
+"""Plots (curves, attention heatmaps, grids) and hard word alignment from attention."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nmt import plot
+from nmt.errors import NmtError
+from nmt.plot import (
+    CURVES_FIGSIZE,
+    DPI,
+    attention_figsize,
+    attention_grid_figsize,
+    format_pharaoh,
+    plot_attention,
+    plot_attention_grid,
+    plot_curves,
+    require_matplotlib,
+    word_alignment,
+    word_spans,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """(width, height) from the IHDR chunk, which a valid PNG has right after the signature."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == PNG_MAGIC
+    assert head[12:16] == b"IHDR"
+    return struct.unpack(">II", head[16:24])
+
+
+def pixels(figsize: tuple[float, float]) -> tuple[int, int]:
+    return round(figsize[0] * DPI), round(figsize[1] * DPI)
+
+
+def no_temp_files(directory: Path) -> bool:
+    return not [p for p in directory.iterdir() if p.name.endswith(".tmp")]
+
+
+def write_metrics(run: Path, bleu: bool = True) -> None:
+    run.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for step in range(10, 210, 10):
+        nll = 6.0 * 0.99 ** step
+        lines.append(json.dumps({"type": "train", "step": step, "epoch": 1 + step // 100, "loss": nll + 0.3,
+                                 "nll": nll, "ppl": float(np.exp(nll)), "lr": 7e-4 * min(1, step / 50),
+                                 "gnorm": 1.0, "updates_per_s": 5.0, "tgt_tokens_per_s": 9000.0}))
+        if step % 50 == 0:
+            rec = {"type": "valid", "step": step, "loss": nll + 0.5, "nll": nll + 0.2,
+                   "ppl": float(np.exp(nll + 0.2))}
+            if bleu:
+                rec["bleu"] = step / 10
+            lines.append(json.dumps(rec))
+    lines.insert(5, '{"type": "train", "step": 55, "loss"')  # cut by a kill
+    lines.insert(9, "not json at all")
+    lines.append(json.dumps({"type": "train", "step": "x", "loss": 1.0}))  # no numeric step
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+# ---- curves ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bleu", [True, False])
+def test_plot_curves_writes_png_of_expected_size(tmp_path: Path, bleu: bool) -> None:
+    run = tmp_path / "run"
+    write_metrics(run, bleu=bleu)
+    out = plot_curves(run, tmp_path / "figs" / "curves.png")
+    assert out == tmp_path / "figs" / "curves.png"
+    assert out.stat().st_size > 10_000  # four panels of real content, not an empty canvas
+    assert png_size(out) == pixels(CURVES_FIGSIZE)
+    assert no_temp_files(out.parent)
+
+
+def test_read_metrics_skips_malformed_and_sorts(tmp_path: Path) -> None:
+    write_metrics(tmp_path)
+    records = plot.read_metrics(tmp_path / "metrics.jsonl")
+    assert len(records) == 20 + 4
+    assert [r["step"] for r in records] == sorted(r["step"] for r in records)
+    assert {r["type"] for r in records} == {"train", "valid"}
+
+
+def test_plot_curves_accepts_metrics_file_path(tmp_path: Path) -> None:
+    write_metrics(tmp_path / "run")
+    out = plot_curves(tmp_path / "run" / "metrics.jsonl", tmp_path / "c.png")
+    assert png_size(out) == pixels(CURVES_FIGSIZE)
+
+
+def test_plot_curves_missing_or_empty_is_user_error(tmp_path: Path) -> None:
+    with pytest.raises(NmtError, match="no metrics file") as e:
+        plot_curves(tmp_path / "nope", tmp_path / "c.png")
+    assert "\n" not in str(e.value)
+    (tmp_path / "metrics.jsonl").write_text('garbage\n{"type": "other", "step": 1}\n', encoding="utf-8")
+    with pytest.raises(NmtError, match="no train/valid records"):
+        plot_curves(tmp_path, tmp_path / "c.png")
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_plot_curves_only_valid_records(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text(
+        json.dumps({"type": "valid", "step": 100, "loss": 3.0, "nll": 2.9, "ppl": 18.2}) + "\n",
+        encoding="utf-8")
+    assert png_size(plot_curves(tmp_path, tmp_path / "c.png")) == pixels(CURVES_FIGSIZE)
+
+
+def test_require_matplotlib_hint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    require_matplotlib()  # installed here
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
+    with pytest.raises(NmtError) as e:
+        require_matplotlib()
+    assert str(e.value) == "plotting needs matplotlib: pip install 'nmt[plot]'"
+    write_metrics(tmp_path)
+    with pytest.raises(NmtError, match="nmt\\[plot\\]"):
+        plot_curves(tmp_path, tmp_path / "c.png")
+
+
+# ---- attention heatmaps ------------------------------------------------------------------------
+
+SRC = ["▁The", "▁cat", "▁sat", "▁on", "▁the", "▁mat", "."]
+TGT = ["▁Die", "▁Katze", "▁saß", "▁auf", "▁der", "▁Matte", "."]
+
+
+def test_attention_figsize_grows_and_is_capped() -> None:
+    small, big, huge = attention_figsize(2, 2), attention_figsize(30, 10), attention_figsize(1000, 1000)
+    assert small[0] <= big[0] and small[1] <= big[1]
+    assert big[0] > big[1]  # wider for more source pieces
+    assert huge == (plot.MAX_SIZE, plot.MAX_SIZE)
+    for size in (small, big, huge, attention_figsize(7, 13)):
+        assert all(float(v * DPI).is_integer() for v in size)
+
+
+def test_plot_attention_png_size(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    m = rng.dirichlet(np.ones(len(SRC) + 1), size=len(TGT) + 1)  # + EOS row/column, labelled "</s>"
+    out = plot_attention(m, SRC, TGT, tmp_path / "a.png", title="The cat sat on the mat. $5 $x$")
+    assert png_size(out) == pixels(attention_figsize(len(SRC) + 1, len(TGT) + 1))
+    assert no_temp_files(tmp_path)
+
+
+def test_plot_attention_accepts_tensor_like(tmp_path: Path) -> None:
+    class FakeTensor:  # what nmt hands over: a torch tensor with .detach().float().cpu()
+        def __init__(self, a: np.ndarray) -> None:
+            self.a = a
+
+        def detach(self) -> FakeTensor:
+            return self
+
+        def float(self) -> FakeTensor:
+            return FakeTensor(self.a.astype(np.float32))
+
+        def cpu(self) -> FakeTensor:
+            return self
+
+        def __array__(self, dtype=None, copy=None) -> np.ndarray:
+            return self.a if dtype is None else self.a.astype(dtype)
+
+    out = plot_attention(FakeTensor(np.eye(3)), ["▁a", "b", "▁c"], ["▁x", "▁y", "z"], tmp_path / "t.png")
+    assert png_size(out) == pixels(attention_figsize(3, 3))
+
+
+def test_plot_attention_label_mismatch(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="source axis"):
+        plot_attention(np.ones((2, 5)), ["▁a"], ["▁x", "▁y"], tmp_path / "x.png")
+
+
+def test_plot_attention_long_sentence_is_capped(tmp_path: Path) -> None:
+    n = 150
+    src, tgt = [f"▁w{i}" for i in range(n)], [f"▁v{i}" for i in range(n)]
+    out = plot_attention(np.eye(n), src, tgt, tmp_path / "l.png")
+    assert png_size(out) == pixels((plot.MAX_SIZE, plot.MAX_SIZE))
+
+
+def test_plot_attention_grid_png_size(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    attn = rng.dirichlet(np.ones(len(SRC)), size=(2, 4, len(TGT)))  # [L, H, T, S]
+    out = plot_attention_grid(attn, SRC, TGT, tmp_path / "grid.png", title="all heads")
+    assert png_size(out) == pixels(attention_grid_figsize(2, 4, len(SRC), len(TGT)))
+    with pytest.raises(ValueError, match="4 dimensions"):
+        plot_attention_grid(attn[0], SRC, TGT, tmp_path / "bad.png")
+
+
+# ---- word spans and alignment ------------------------------------------------------------------
+
+
+def test_word_spans() -> None:
+    assert word_spans([]) == []
+    assert word_spans(["▁forty", "-", "two", "▁cats"]) == [(0, 3), (3, 4)]
+    assert word_spans(["un", "▁known"]) == [(0, 1), (1, 2)]  # the first piece always starts a word
+    assert word_spans(["▁", "4", "2", "▁x"]) == [(0, 3), (3, 4)]
+
+
+# source words: "forty-two"(3 pieces) "cats"(1) "sleep"(2); target words: "zwei"(1) "und"(1) "vierzig"(2)
+SRC_P = ["▁forty", "-", "two", "▁cats", "▁sle", "ep"]
+TGT_P = ["▁A", "▁B", "▁C", "c"]
+
+
+def piece_matrix(word_map: dict[int, int]) -> np.ndarray:
+    """A [T, S] piece attention where each target word's pieces attend evenly to one source word."""
+    src_words, tgt_words = word_spans(SRC_P), word_spans(TGT_P)
+    m = np.full((len(TGT_P), len(SRC_P)), 0.01)
+    for j, (ts, te) in enumerate(tgt_words):
+        s, e = src_words[word_map[j]]
+        m[ts:te, s:e] += 0.9 / (e - s)
+    return m / m.sum(axis=1, keepdims=True)
+
+
+def test_word_alignment_diagonal_and_anti_diagonal() -> None:
+    diag = piece_matrix({0: 0, 1: 1, 2: 2})
+    assert word_alignment(diag, SRC_P, TGT_P) == [(0, 0), (1, 1), (2, 2)]
+    anti = piece_matrix({0: 2, 1: 1, 2: 0})
+    pairs = word_alignment(anti, SRC_P, TGT_P)
+    assert pairs == [(0, 2), (1, 1), (2, 0)]
+    assert format_pharaoh(pairs) == "0-2 1-1 2-0"
+    assert format_pharaoh([]) == ""
+
+
+def test_word_alignment_sums_source_pieces() -> None:
+    # Piece-level argmax would pick "cats" (0.3 > 0.25 each) but "forty-two" holds 0.75 in total.
+    m = np.zeros((1, len(SRC_P)))
+    m[0, :3] = 0.22
+    m[0, 3] = 0.3
+    assert word_alignment(m, SRC_P, ["▁x"]) == [(0, 0)]
+
+
+def test_word_alignment_means_target_pieces() -> None:
+    # Target word 2 = pieces 2,3: one leans to src word 1 weakly, the other strongly to word 2.
+    m = np.full((len(TGT_P), len(SRC_P)), 0.0)
+    m[0, 0] = m[1, 3] = 1.0
+    m[2, 3], m[2, 4] = 0.55, 0.45
+    m[3, 4] = 1.0
+    assert word_alignment(m, SRC_P, TGT_P) == [(0, 0), (1, 1), (2, 2)]
+
+
+def test_word_alignment_trims_eos() -> None:
+    m = piece_matrix({0: 1, 1: 0, 2: 2})
+    big = np.zeros((m.shape[0] + 1, m.shape[1] + 1))
+    big[:-1, :-1] = m * 0.5
+    big[:, -1] = 0.6  # the EOS column wins every row at piece level, but must be ignored
+    assert word_alignment(big, SRC_P, TGT_P) == [(0, 1), (1, 0), (2, 2)]
+    assert word_alignment(big, [], TGT_P) == []
+    with pytest.raises(ValueError, match="smaller"):
+        word_alignment(m[:, :2], SRC_P, TGT_P)
+
+
+def test_unwritable_output_is_user_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NmtError, match="cannot write"):
+        plot_attention(np.eye(2), ["▁a", "▁b"], ["▁x", "▁y"], tmp_path / "file" / "a.png")
+
+
+def test_word_alignment_accepts_bf16_tensor() -> None:
+    torch = pytest.importorskip("torch")
+    m = torch.tensor(piece_matrix({0: 2, 1: 1, 2: 0}), dtype=torch.bfloat16)
+    assert word_alignment(m, SRC_P, TGT_P) == [(0, 2), (1, 1), (2, 0)]
