@@ -178,8 +178,9 @@ class Progress:
 
 def _experiment_key(cfg_dict: dict[str, Any]) -> dict[str, Any]:
     """The parts of a config that make a run dir 'the same experiment'."""
-    data = {k: v for k, v in cfg_dict["data"].items() if k not in ("num_proc",)}
-    return {"data": data, "model": cfg_dict["model"]}
+    # The data side is checked against the checkpoint's vocabulary/languages (the data dir's meta.json
+    # is the truth there, not the data section of a train config).
+    return {"model": cfg_dict["model"]}
 
 
 def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -280,10 +281,18 @@ class Trainer:
         elif self.env.main:
             dump_yaml(cfg, self.run_dir / "config.yaml")
         self._valid_refs: list[str] | None = None
-        self.save_seconds = 1.0  # measured at each save; sizes the time-budget reserve
+        # Sizes the time-budget reserve; re-measured at every save/validation. A first guess from the
+        # checkpoint size (weights + 2 Adam moments) at a conservative 100 MB/s.
+        n_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters()) * 3
+        self.save_seconds = 0.05 + n_bytes / 100e6
+        self.valid_seconds = 0.0
+        self.saved_step = self.state.step if resumed is not None else -1
 
     def _restore(self, state: dict[str, Any]) -> None:
-        vocab = state["vocab"]
+        vocab, langs = state["vocab"], (self.meta["src_lang"], self.meta["tgt_lang"])
+        if tuple(state.get("langs", langs)) != langs:
+            raise NmtError(f"{state['_path']} translates {'->'.join(state['langs'])} but {self.cfg.data.dir} "
+                           f"holds {'->'.join(langs)}")
         if (vocab["src"], vocab["tgt"]) != (self.meta["src_vocab_size"], self.meta["tgt_vocab_size"]):
             raise NmtError(
                 f"{state['_path']} was trained with vocabularies {vocab['src']}/{vocab['tgt']} but "
@@ -319,6 +328,7 @@ class Trainer:
             "config": self.cfg.to_dict(),
             "tokenizer": self.tokenizer.to_state(),
             "vocab": {"src": self.meta["src_vocab_size"], "tgt": self.meta["tgt_vocab_size"]},
+            "langs": [self.meta["src_lang"], self.meta["tgt_lang"]],
             "data_fingerprint": self.meta.get("fingerprint"),
         }
         if with_training:
@@ -344,6 +354,7 @@ class Trainer:
 
     def save(self) -> None:
         state = self._state_dict()  # collective under DDP: every rank calls save()
+        self.saved_step = self.state.step
         if not self.env.main:
             return
         started = time.monotonic()
@@ -480,14 +491,23 @@ class Trainer:
         budget = self.cfg.train.max_minutes * 60
         if budget <= 0:
             return False
-        # keep room for one more update, the final save and the averaging (reads K checkpoints, writes one)
-        reserve = update_seconds + self.save_seconds * (self.cfg.train.average_last + 3) + 1.0
-        return elapsed + reserve >= budget
+        # keep room for one more update (and its validation), the final save and the averaging
+        # (reads K checkpoints, writes one)
+        t = self.cfg.train
+        reserve = update_seconds + self.save_seconds * (t.average_last + 3) + 0.5
+        if (self.state.step + 1) % t.valid_every == 0:
+            reserve += self.valid_seconds
+        stop = torch.tensor([float(elapsed + reserve >= budget)], device=self.device)
+        if self.env.world > 1:  # clocks differ per rank: stop together or deadlock
+            dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+        return bool(stop.item())
 
     def _validate_everywhere(self) -> bool:
         stop = torch.zeros(1, device=self.device)
         if self.env.main and self.valid_data is not None:
+            started = time.monotonic()
             result = self.validate()
+            self.valid_seconds = time.monotonic() - started
             stop[0] = float(self._after_validation(result))
             self.report.valid(self.state.step, result)
         if self.env.world > 1:
@@ -535,12 +555,13 @@ class Trainer:
                 reason = "patience"
                 break
         self.state.elapsed = base_elapsed + (time.monotonic() - started)
-        if not checkpoint.step_checkpoints(self.run_dir) or self.state.step % t.save_every:
+        if self.saved_step != self.state.step:  # a local flag: every DDP rank must agree without I/O
             self.save()
         if self.valid_data is not None and not (self.run_dir / "best.pt").exists() and self.env.main:
             checkpoint.save(self._state_dict(with_training=False), self.run_dir / "best.pt")
         self.average()
         self._barrier()
+        self.state.elapsed = base_elapsed + (time.monotonic() - started)  # final save + averaging included
         self.report.finish(self.state.step, reason)
         return {"step": self.state.step, "epoch": self.state.epoch, "stopped": reason, "best": self.state.best,
                 "skipped_updates": self.state.skipped_updates, "elapsed": self.state.elapsed}

@@ -1,0 +1,44 @@
+"""Shared fixtures: a small prepared demo corpus and a tiny-model config for fast CPU tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmt.config import Config, load_config
+from nmt.demo import write_demo
+from nmt.prepare import prepare
+
+torch.set_num_threads(1)  # tiny models gain nothing from threads; avoids OpenMP oversubscription
+
+MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
+
+
+@pytest.fixture(scope="session")
+def demo_raw(tmp_path_factory) -> dict[str, str]:
+    """Raw demo text files (train 2,000 / valid 100 / test 100 pairs)."""
+    return write_demo(tmp_path_factory.mktemp("demo-raw"), n_train=2000, n_valid=100, n_test=100, seed=3)
+
+
+@pytest.fixture(scope="session")
+def demo_data(tmp_path_factory, demo_raw) -> Path:
+    """The demo corpus prepared into a data dir with a small joint BPE vocabulary."""
+    out = tmp_path_factory.mktemp("demo-data") / "data"
+    cfg = load_config(None, [f"data.dir={out}", "data.vocab_size=400"]).data
+    cfg.train, cfg.valid, cfg.test = demo_raw["train"], demo_raw["valid"], demo_raw["test"]
+    prepare(cfg, progress=False)
+    return out
+
+
+def tiny_config(data_dir: Path, run_dir: Path, *overrides: str) -> Config:
+    """A very small Transformer so a training update takes milliseconds."""
+    return load_config(None, [
+        f"data.dir={data_dir}", f"train.run_dir={run_dir}",
+        "model.d_model=32", "model.n_heads=2", "model.d_ff=64", "model.encoder_layers=1",
+        "model.decoder_layers=1", "model.max_positions=256",
+        "train.max_tokens=512", "train.warmup=10", "train.lr=3e-3", "train.log_every=1",
+        "train.valid_every=1000", "train.save_every=1000", "train.valid_bleu_sentences=20",
+        "train.max_updates=6", "train.average_last=2", *overrides,
+    ])

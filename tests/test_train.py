@@ -1,0 +1,227 @@
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+import nmt.train as train_mod
+from nmt import checkpoint
+from nmt.config import Config, load_config
+from nmt.errors import NmtError
+from nmt.train import RunLock, label_smoothed_loss, learning_rate, train
+
+from .conftest import tiny_config
+
+
+def metrics(run_dir, kind="train"):
+    return [r for r in train_mod.read_metrics(run_dir) if r["type"] == kind]
+
+
+def weights(path):
+    return checkpoint.load(path)["model"]
+
+
+def assert_same_weights(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+# ---------------------------------------------------------------- pure functions
+
+
+def test_noam_schedule_matches_the_paper():
+    cfg = load_config(None, ["train.schedule=noam", "train.lr=1.0", "train.warmup=4000", "model.d_model=512"])
+    for step in (1, 100, 4000, 10000, 100000):
+        expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
+        assert learning_rate(step, cfg) == pytest.approx(expected)
+    assert learning_rate(4000, cfg) > learning_rate(3999, cfg) and learning_rate(4000, cfg) > learning_rate(4001, cfg)
+
+
+def test_inverse_sqrt_schedule_warms_up_linearly_then_decays():
+    cfg = load_config(None, ["train.lr=1e-3", "train.warmup=100", "train.warmup_init_lr=0"])
+    assert learning_rate(50, cfg) == pytest.approx(5e-4)
+    assert learning_rate(100, cfg) == pytest.approx(1e-3)
+    assert learning_rate(400, cfg) == pytest.approx(5e-4)  # lr * sqrt(100/400)
+
+
+def test_label_smoothing_against_hand_computation():
+    logits = torch.tensor([[[2.0, 0.5, -1.0, 0.0], [0.1, 0.2, 0.3, 0.4]]])
+    target = torch.tensor([[2, 0]])  # the second position is padding (pad id 0)
+    eps = 0.1
+    p = torch.softmax(logits[0, 0], -1)
+    nll = -math.log(p[2])
+    smooth = -sum(math.log(x) for x in p) / 4
+    loss, nll_sum = label_smoothed_loss(logits, target, eps, pad=0)
+    assert nll_sum.item() == pytest.approx(nll, rel=1e-6)
+    assert loss.item() == pytest.approx((1 - eps) * nll + eps * smooth, rel=1e-6)
+
+
+def test_run_lock_refuses_a_second_trainer(tmp_path):
+    lock = RunLock(tmp_path)
+    with pytest.raises(NmtError, match="in use by another"):
+        RunLock(tmp_path)
+    lock.release()
+    RunLock(tmp_path).release()
+
+
+# ---------------------------------------------------------------- training runs
+
+
+def test_training_writes_checkpoints_metrics_and_average(demo_data, tmp_path):
+    run = tmp_path / "run"
+    summary = train(tiny_config(demo_data, run, "train.save_every=3", "train.valid_every=3"), progress=False)
+    assert summary["step"] == 6
+    for name in ("config.yaml", "last.pt", "best.pt", "averaged.pt", "checkpoint_3.pt", "checkpoint_6.pt"):
+        assert (run / name).is_file(), name
+    losses = [r["loss"] for r in metrics(run)]
+    assert len(losses) == 6 and all(math.isfinite(x) for x in losses)
+    valid = metrics(run, "valid")
+    assert [v["step"] for v in valid] == [3, 6] and "bleu" in valid[0] and valid[1]["ppl"] > 1
+    # averaged.pt is the mean of the last two step checkpoints
+    a, b, avg = weights(run / "checkpoint_3.pt"), weights(run / "checkpoint_6.pt"), weights(run / "averaged.pt")
+    for k in avg:
+        if avg[k].is_floating_point():
+            torch.testing.assert_close(avg[k], (a[k] + b[k]) / 2)
+    state = checkpoint.load(run / "last.pt")
+    assert state["train_state"]["step"] == 6 and "optimizer" in state["train_state"]
+    assert state["tokenizer"] and state["vocab"]["src"] == 400
+
+
+def test_resume_is_exact(demo_data, tmp_path):
+    """Interrupted at update 5 (mid-epoch, dropout on) and resumed == one uninterrupted run."""
+    common = ("train.max_tokens=4096", "model.dropout=0.1", "train.save_every=5")
+    full = tmp_path / "full"
+    train(tiny_config(demo_data, full, "train.max_updates=14", *common), progress=False)
+    parts = tmp_path / "parts"
+    train(tiny_config(demo_data, parts, "train.max_updates=5", *common), progress=False)
+    (parts / "averaged.pt").unlink(missing_ok=True)
+    summary = train(tiny_config(demo_data, parts, "train.max_updates=14", *common), progress=False)
+    assert summary["epoch"] >= 2, "the run should cross an epoch boundary"
+    assert_same_weights(weights(full / "last.pt"), weights(parts / "last.pt"))
+    # metrics.jsonl holds each update once, as in the uninterrupted run
+    assert [r["step"] for r in metrics(parts)] == list(range(1, 15))
+    assert [r["loss"] for r in metrics(parts)] == [r["loss"] for r in metrics(full)]
+
+
+def test_bf16_autocast_training_step_on_cpu(demo_data, tmp_path):
+    run = tmp_path / "run"
+    train(tiny_config(demo_data, run, "train.amp=bf16", "train.max_updates=3"), progress=False)
+    losses = [r["loss"] for r in metrics(run)]
+    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+
+
+def test_fp16_needs_cuda(demo_data, tmp_path):
+    with pytest.raises(NmtError, match="fp16 needs a CUDA"):
+        train(tiny_config(demo_data, tmp_path / "run", "train.amp=fp16"), progress=False)
+
+
+def test_non_finite_updates_are_skipped_then_abort(demo_data, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    train(tiny_config(demo_data, run, "train.max_updates=4", "train.save_every=4"), progress=False)
+    before = (run / "last.pt").read_bytes()
+    real = train_mod.label_smoothed_loss
+    calls = {"n": 0}
+
+    def one_nan(logits, target, eps, pad=0):
+        calls["n"] += 1
+        loss, nll = real(logits, target, eps, pad)
+        return (loss * float("nan"), nll) if calls["n"] == 2 else (loss, nll)
+
+    monkeypatch.setattr(train_mod, "label_smoothed_loss", one_nan)
+    summary = train(tiny_config(demo_data, run, "train.max_updates=7", "train.save_every=100"), progress=False)
+    assert summary["step"] == 7 and summary["skipped_updates"] == 1
+    assert all(math.isfinite(v) for v in weights(run / "last.pt")["src_embed.weight"].flatten().tolist())
+
+    monkeypatch.setattr(train_mod, "label_smoothed_loss", lambda *a, **k: tuple(x * float("nan") for x in real(*a, **k)))
+    before = (run / "last.pt").read_bytes()
+    with pytest.raises(NmtError, match="3 non-finite updates in a row"):
+        train(tiny_config(demo_data, run, "train.max_updates=20", "train.max_bad_updates=3"), progress=False)
+    assert (run / "last.pt").read_bytes() == before  # the last good checkpoint is untouched
+
+
+def test_run_dir_of_another_experiment_is_refused_unless_forced(demo_data, tmp_path):
+    run = tmp_path / "run"
+    train(tiny_config(demo_data, run, "train.max_updates=2"), progress=False)
+    other = tiny_config(demo_data, run, "model.d_model=64", "train.max_updates=2")
+    with pytest.raises(NmtError, match=r"holds another experiment \(model.d_model: 32 vs 64\).*--force"):
+        train(other, progress=False)
+    summary = train(other, force=True, progress=False)
+    assert summary["step"] == 2 and checkpoint.load(run / "last.pt")["config"]["model"]["d_model"] == 64
+
+
+def test_missing_data_dir_is_a_clear_error(tmp_path):
+    with pytest.raises(NmtError, match="run `nmt prepare` first"):
+        train(tiny_config(tmp_path / "nope", tmp_path / "run"), progress=False)
+
+
+def test_vocabulary_mismatch_on_resume(demo_data, demo_raw, tmp_path):
+    from nmt.prepare import prepare
+
+    run = tmp_path / "run"
+    train(tiny_config(demo_data, run, "train.max_updates=2"), progress=False)
+    other = tmp_path / "other-data"
+    cfg = load_config(None, [f"data.dir={other}", "data.vocab_size=300"]).data
+    cfg.train, cfg.valid = demo_raw["train"], demo_raw["valid"]
+    prepare(cfg, progress=False)
+    bad = tiny_config(other, run, "train.max_updates=4")
+    bad.data.vocab_size = 400  # same experiment key, but the data dir has another vocabulary
+    with pytest.raises(NmtError, match="vocabularies 400/400 but .* has 300/300"):
+        train(bad, progress=False)
+
+
+def test_time_budget_is_honoured_including_final_work(demo_data, tmp_path):
+    run = tmp_path / "run"
+    budget_min = 0.1
+    summary = train(tiny_config(demo_data, run, f"train.max_minutes={budget_min}", "train.max_updates=100000",
+                                "train.save_every=3"), progress=False)
+    assert summary["stopped"] == "max_minutes"
+    assert summary["elapsed"] <= budget_min * 60
+    assert summary["step"] > 5
+    assert (run / "averaged.pt").is_file() and checkpoint.load(run / "last.pt")["train_state"]["step"] == summary["step"]
+
+
+# ---------------------------------------------------------------- DDP (gloo, 2 processes)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp_worker(rank: int, world: int, port: int, cfg_dict: dict) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    from nmt.config import config_from_dict
+
+    train(config_from_dict(cfg_dict), progress=False)
+
+
+def test_ddp_with_gloo_matches_single_process(demo_data, tmp_path):
+    """2 processes x update_freq 1 == 1 process x update_freq 2 (same global batches)."""
+    common = ("model.dropout=0", "train.max_updates=4", "train.save_every=4")
+    single = tmp_path / "single"
+    train(tiny_config(demo_data, single, "train.update_freq=2", *common), progress=False)
+    ddp = tmp_path / "ddp"
+    cfg: Config = tiny_config(demo_data, ddp, "train.update_freq=1", *common)
+    mp.spawn(_ddp_worker, args=(2, _free_port(), cfg.to_dict()), nprocs=2, join=True)
+    single_losses = [r["loss"] for r in metrics(single)]
+    ddp_losses = [r["loss"] for r in metrics(ddp)]
+    assert len(ddp_losses) == 4
+    assert ddp_losses == pytest.approx(single_losses, rel=1e-4)
+    a, b = weights(single / "last.pt"), weights(ddp / "last.pt")
+    # Adam divides by sqrt(v): coordinates whose gradient is ~0 turn float noise into lr-sized steps,
+    # so compare element-wise loosely (lr = 3e-4..1.2e-3 here) and the whole model tightly.
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=5e-3)
+    diff = sum((a[k].double() - b[k].double()).norm() ** 2 for k in a) ** 0.5
+    total = sum(a[k].double().norm() ** 2 for k in a) ** 0.5
+    assert diff / total < 1e-3
+    assert json.loads((ddp / "metrics.jsonl").read_text().splitlines()[0])["step"] == 1  # rank 0 only
