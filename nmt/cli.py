@@ -6,7 +6,7 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Optional, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -24,11 +24,11 @@ app = typer.Typer(
 F = TypeVar("F", bound=Callable[..., Any])
 
 ConfigOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option("--config", "-c", help="YAML config (sections data/model/train/decode); defaults apply without it."),
 ]
 SetOpt = Annotated[
-    Optional[list[str]],
+    list[str] | None,
     typer.Option("--set", "-s", help="Override a config key, e.g. --set train.lr=5e-4 (repeatable)."),
 ]
 
@@ -70,16 +70,16 @@ def _config(config: Path | None, overrides: list[str] | None, **direct: Any):
 def prepare(
     config: ConfigOpt = None,
     overrides: SetOpt = None,
-    train: Annotated[Optional[str], typer.Option(
+    train: Annotated[str | None, typer.Option(
         help="Training data: file prefix (data/train -> data/train.en + data/train.de), a .tsv, a local "
              "dataset (save_to_disk dir, .jsonl/.csv/.parquet) or a Hugging Face dataset name.")] = None,
-    valid: Annotated[Optional[str], typer.Option(help="Validation data (same forms as --train).")] = None,
-    test: Annotated[Optional[str], typer.Option(help="Test data (same forms as --train).")] = None,
-    src_lang: Annotated[Optional[str], typer.Option(help="Source language code (file suffix / column).")] = None,
-    tgt_lang: Annotated[Optional[str], typer.Option(help="Target language code (file suffix / column).")] = None,
-    data_dir: Annotated[Optional[str], typer.Option("--data-dir", "-o", help="Output data dir (data.dir).")] = None,
-    vocab_size: Annotated[Optional[int], typer.Option(help="SentencePiece vocabulary size.")] = None,
-    num_proc: Annotated[Optional[int], typer.Option(help="Processes for encoding.")] = None,
+    valid: Annotated[str | None, typer.Option(help="Validation data (same forms as --train).")] = None,
+    test: Annotated[str | None, typer.Option(help="Test data (same forms as --train).")] = None,
+    src_lang: Annotated[str | None, typer.Option(help="Source language code (file suffix / column).")] = None,
+    tgt_lang: Annotated[str | None, typer.Option(help="Target language code (file suffix / column).")] = None,
+    data_dir: Annotated[str | None, typer.Option("--data-dir", "-o", help="Output data dir (data.dir).")] = None,
+    vocab_size: Annotated[int | None, typer.Option(help="SentencePiece vocabulary size.")] = None,
+    num_proc: Annotated[int | None, typer.Option(help="Processes for encoding.")] = None,
     demo: Annotated[bool, typer.Option(
         "--demo", help="Generate the built-in English->German numbers/dates corpus and prepare it.")] = False,
     force: Annotated[bool, typer.Option(help="Overwrite a data dir that holds a different preparation.")] = False,
@@ -109,11 +109,11 @@ def prepare(
 def train(
     config: ConfigOpt = None,
     overrides: SetOpt = None,
-    data_dir: Annotated[Optional[str], typer.Option(help="Prepared data dir (data.dir).")] = None,
-    run_dir: Annotated[Optional[str], typer.Option(help="Where checkpoints and logs go (train.run_dir).")] = None,
+    data_dir: Annotated[str | None, typer.Option(help="Prepared data dir (data.dir).")] = None,
+    run_dir: Annotated[str | None, typer.Option(help="Where checkpoints and logs go (train.run_dir).")] = None,
     force: Annotated[bool, typer.Option(
         help="Start over in a run dir that holds another experiment (deletes its checkpoints).")] = False,
-    progress: Annotated[Optional[bool], typer.Option(
+    progress: Annotated[bool | None, typer.Option(
         "--progress/--no-progress", help="Progress bar (default: when stderr is a terminal).")] = None,
 ) -> None:
     """Train the Transformer; resumes automatically from the run dir's newest intact checkpoint.
@@ -134,8 +134,8 @@ def train(
 def average(
     config: ConfigOpt = None,
     overrides: SetOpt = None,
-    run_dir: Annotated[Optional[str], typer.Option(help="Run dir (train.run_dir).")] = None,
-    last: Annotated[Optional[int], typer.Option(help="How many newest checkpoints (train.average_last).")] = None,
+    run_dir: Annotated[str | None, typer.Option(help="Run dir (train.run_dir).")] = None,
+    last: Annotated[int | None, typer.Option(help="How many newest checkpoints (train.average_last).")] = None,
 ) -> None:
     """Average the last K checkpoints of a run into averaged.pt (as in the paper)."""
     from nmt.train import average_run
@@ -150,32 +150,32 @@ def average(
 def translate(
     config: ConfigOpt = None,
     overrides: SetOpt = None,
-    checkpoint: Annotated[Optional[Path], typer.Option(
+    checkpoint: Annotated[Path | None, typer.Option(
         help="Checkpoint to load (default: averaged.pt, else best.pt, else last.pt of train.run_dir).")] = None,
-    input: Annotated[Optional[Path], typer.Option("--input", "-i", help="Read this file instead of stdin.")] = None,
-    output: Annotated[Optional[Path], typer.Option(
+    input: Annotated[Path | None, typer.Option("--input", "-i", help="Read this file instead of stdin.")] = None,
+    output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="Write this file (atomically) instead of stdout.")] = None,
-    beam: Annotated[Optional[int], typer.Option(help="Beam size (1 = greedy).")] = None,
-    nbest: Annotated[Optional[int], typer.Option(
+    beam: Annotated[int | None, typer.Option(help="Beam size (1 = greedy).")] = None,
+    nbest: Annotated[int | None, typer.Option(
         help="Print the K best translations per line as 'line_no ||| text ||| score'.")] = None,
-    length_penalty: Annotated[Optional[float], typer.Option(help="GNMT length penalty alpha.")] = None,
-    max_tokens: Annotated[Optional[int], typer.Option(help="Source tokens per batch.")] = None,
+    length_penalty: Annotated[float | None, typer.Option(help="GNMT length penalty alpha.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Source tokens per batch.")] = None,
     scores: Annotated[bool, typer.Option("--scores", help="Append '\\t<log-prob>' to each output line.")] = False,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     dtype: Annotated[str, typer.Option(help="fp32 | bf16 | fp16 (fp16 on CUDA only)")] = "fp32",
     threads: Annotated[int, typer.Option(help="CPU threads (0 = torch default).")] = 0,
-    quantize: Annotated[Optional[str], typer.Option(
+    quantize: Annotated[str | None, typer.Option(
         help="'int8': dynamic int8 quantization of Linear layers (CPU speed-up).")] = None,
-    attention: Annotated[Optional[Path], typer.Option(
+    attention: Annotated[Path | None, typer.Option(
         help="Save a cross-attention heatmap PNG per sentence into this dir (needs nmt[plot]).")] = None,
     attention_layer: Annotated[int, typer.Option(help="Decoder layer for --attention (-1 = last).")] = -1,
     all_heads: Annotated[bool, typer.Option(
         "--all-heads", help="With --attention: also a grid of every head of every layer.")] = False,
     encoder_attention: Annotated[bool, typer.Option(
         "--encoder-attention", help="With --attention: also plot encoder self-attention.")] = False,
-    alignment: Annotated[Optional[Path], typer.Option(
+    alignment: Annotated[Path | None, typer.Option(
         help="Write hard alignments (argmax of cross-attention, Pharaoh 'i-j') to this file.")] = None,
-    progress: Annotated[Optional[bool], typer.Option(
+    progress: Annotated[bool | None, typer.Option(
         "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).")] = None,
 ) -> None:
     """Translate text, one output line per input line (stdin -> stdout by default)."""
@@ -195,15 +195,16 @@ def translate(
 @user_errors
 def score(
     ref: Annotated[list[Path], typer.Option("--ref", "-r", help="Reference file (repeat for several).")],
-    hyp: Annotated[Optional[Path], typer.Option(help="Hypothesis file (default: stdin).")] = None,
+    hyp: Annotated[Path | None, typer.Option(help="Hypothesis file (default: stdin).")] = None,
     metrics: Annotated[str, typer.Option(help="Comma-separated: bleu,chrf,ter.")] = "bleu,chrf,ter",
-    tokenize: Annotated[Optional[str], typer.Option(
+    tokenize: Annotated[str | None, typer.Option(
         help="BLEU tokenizer passed to sacreBLEU (13a default; intl, zh, ja-mecab, char, none...).")] = None,
     lowercase: Annotated[bool, typer.Option(help="Case-insensitive scores.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON line instead of text.")] = False,
 ) -> None:
     """Score a translation against references with sacreBLEU (BLEU, chrF, TER)."""
-    from nmt.score import format_json, format_text, read_lines, score as run_score
+    from nmt.score import format_json, format_text, read_lines
+    from nmt.score import score as run_score
 
     hyps = read_lines(hyp if hyp is not None else sys.stdin)
     refs = [read_lines(r) for r in ref]
@@ -216,7 +217,7 @@ def score(
 @user_errors
 def plot(
     run_dir: Annotated[Path, typer.Argument(help="Run dir holding metrics.jsonl.")],
-    output: Annotated[Optional[Path], typer.Option(
+    output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="PNG to write (default: RUN_DIR/curves.png).")] = None,
 ) -> None:
     """Plot training/validation curves (loss, perplexity, BLEU, learning rate) to a PNG (needs nmt[plot])."""

@@ -78,8 +78,9 @@ class Reporter:
         self.sums["loss"] += stats["loss"]
         self.sums["nll"] += stats["nll"]
         if self.bar is not None:
+            speed = stats["tokens"] / max(seconds, 1e-9)
             self.bar.update(self.task, completed=step,
-                            stats=f"loss {stats['loss']:.3f} lr {stats['lr']:.2e} {stats['tokens'] / seconds:,.0f} tok/s")
+                            stats=f"loss {stats['loss']:.3f} lr {stats['lr']:.2e} {speed:,.0f} tok/s")
         if step % log_every:
             return
         span = max(time.monotonic() - self.window_start, 1e-9)

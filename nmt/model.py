@@ -13,7 +13,7 @@ True = "may be attended to"; the padding masks this module returns are True = pa
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -87,7 +87,12 @@ class MultiHeadAttention(nn.Module):
         return x.view(B, T, n, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4).unbind(0)
 
     def qkv(self, x: Tensor) -> tuple[Tensor, ...]:
-        return self._split_heads(self.qkv_proj(x), 3)
+        return self.qkv_stacked(x).unbind(0)
+
+    def qkv_stacked(self, x: Tensor) -> Tensor:
+        """[B, T, D] -> Q, K, V heads as one view [3, B, H, T, Dh] of the fused projection."""
+        B, T, _ = x.shape
+        return self.qkv_proj(x).view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
 
     def q(self, x: Tensor) -> Tensor:
         return self._split_heads(self.q_proj(x), 1)[0]
@@ -179,15 +184,22 @@ class DecoderLayer(_Residual):
         return self._cross_and_ffn(x, memory_kv, memory_mask, need_weights)
 
     def step(self, x: Tensor, self_kv: Tensor, step: int, memory_kv: Tensor, memory_mask: Tensor,
-             need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """One new position x [B, 1, D]. Its K, V are written into `self_kv` [2, B, H, capacity, Dh] at
-        `step`; it attends to positions 0..step, all real, so no mask is needed."""
-        q, k, v = self.self_attn.qkv(self._in(x, self.norm1))
-        self_kv[0, :, :, step] = k[:, :, 0]
-        self_kv[1, :, :, step] = v[:, :, 0]
-        h, _ = self.self_attn.attend(q, self_kv[0, :, :, : step + 1], self_kv[1, :, :, : step + 1])
+             need_weights: bool, group: int = 1) -> tuple[Tensor, Tensor | None]:
+        """One new position x [N, 1, D]. Its K, V are written into `self_kv` [2, N, H, capacity, Dh] at
+        `step`; it attends to positions 0..step, all real, so no mask is needed.
+
+        Rows come in `group`s that share a source (the beams of a sentence): memory_kv [2, N / group, H,
+        S, Dh] holds one copy per group, and the group's rows attend to it as `group` query positions
+        of one sequence, so the source K, V are neither copied per beam nor read once per beam."""
+        qkv = self.self_attn.qkv_stacked(self._in(x, self.norm1))
+        self_kv[:, :, :, step] = qkv[1:, :, :, 0]  # K and V in one copy
+        h, _ = self.self_attn.attend(qkv[0], self_kv[0, :, :, : step + 1], self_kv[1, :, :, : step + 1])
         x = self._add(x, h, self.norm1)
-        return self._cross_and_ffn(x, memory_kv, memory_mask, need_weights)
+        N, _, D = x.shape
+        x, weights = self._cross_and_ffn(x.view(N // group, group, D), memory_kv, memory_mask, need_weights)
+        if weights is not None:  # [N / group, H, group, S] -> [N, H, 1, S]
+            weights = weights.transpose(1, 2).reshape(N, weights.size(1), 1, weights.size(-1))
+        return x.view(N, 1, D), weights
 
     def _cross_and_ffn(self, x: Tensor, memory_kv: tuple[Tensor, ...] | Tensor, memory_mask: Tensor,
                        need_weights: bool) -> tuple[Tensor, Tensor | None]:
@@ -201,15 +213,19 @@ class DecoderLayer(_Residual):
 
 @dataclass
 class DecoderCache:
-    """Incremental decoding state of B rows (sentences, or sentences x beams).
+    """Incremental decoding state of N rows (sentences, or sentences x beams).
 
-    cross_kv:    [L, 2, B, H, S, Dh] keys/values of the encoder output for every decoder layer,
-                 computed once in `init_cache`.
-    memory_mask: [B, 1, 1, S] bool, True where the source token is real (SDPA convention).
-    self_kv:     [L, 2, B, H, capacity, Dh] keys/values of target positions 0..step-1. The capacity
+    cross_kv:    [L, 2, N / group, H, S, Dh] keys/values of the encoder output for every decoder layer,
+                 computed once in `init_cache`; one copy per group of rows (see `group`).
+    memory_mask: [N / group, 1, 1, S] bool, True where the source token is real (SDPA convention).
+    self_kv:     [L, 2, N, H, capacity, Dh] keys/values of target positions 0..step-1. The capacity
                  starts small and doubles (up to the `max_len` hint, further only if needed), so memory
-                 and the cost of `reorder` follow the length actually decoded.
+                 follows the length actually decoded.
+    max_len:     expected number of steps.
     step:        positions decoded so far = position of the next token.
+    group:       rows n*group .. n*group+group-1 all belong to source row n of cross_kv. Beam search keeps
+                 the beams of a sentence together, so its reorders keep group = beam size and never copy
+                 the source K/V per beam; any other reorder falls back to group = 1 (one copy per row).
     """
 
     cross_kv: Tensor
@@ -217,28 +233,67 @@ class DecoderCache:
     self_kv: Tensor
     max_len: int
     step: int = 0
+    group: int = 1
+    # Buffers [L, 2, rows, H, capacity, Dh] behind self_kv (its first N rows) and a spare one that
+    # `reorder` gathers into: ping-pong, because fresh tensors this size cost page faults every step.
+    _buffer: Tensor | None = field(default=None, repr=False)
+    _spare: Tensor | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self._buffer is None:
+            self._buffer = self.self_kv
 
     @property
     def batch_size(self) -> int:
         return self.self_kv.size(2)
 
     def reorder(self, index: Tensor) -> None:
-        """Keep rows `index` in that order (repeats allowed, may be shorter than B): one gather per
-        tensor reorders beams and drops finished sentences at once."""
+        """Keep rows `index` in that order (repeats allowed, may be shorter or longer than N): beams are
+        reordered and finished sentences dropped at once. Only the decoded positions are copied, into a
+        buffer with room for the next position (search reorders right before each step)."""
         index = index.to(self.self_kv.device)
-        self.self_kv = self.self_kv.index_select(2, index)
-        self.cross_kv = self.cross_kv.index_select(2, index)
-        self.memory_mask = self.memory_mask.index_select(0, index)
+        n, capacity = index.numel(), self._capacity(self.step + 1)
+        spare = self._spare
+        if spare is None or spare.size(2) < n or spare.size(4) != capacity:
+            spare = self.self_kv.new_empty(*self.self_kv.shape[:2], n, self.self_kv.size(3), capacity,
+                                           self.self_kv.size(5))
+        new = spare[:, :, :n]
+        if self.step:
+            torch.index_select(self.self_kv[:, :, :, :, : self.step], 2, index, out=new[:, :, :, :, : self.step])
+        self._spare = self._buffer if self._buffer.size(4) == capacity else None
+        self._buffer, self.self_kv = spare, new
+        self._regroup(index.div(self.group, rounding_mode="floor"))
+
+    def _regroup(self, source: Tensor) -> None:
+        """Rows now read cross_kv rows `source` [N]. Find the runs of equal sources and keep one cross_kv
+        row per run if all runs have the same length, else one per row."""
+        rows = source.tolist()
+        n, group = len(rows), 1
+        while group < n and rows[group] == rows[0]:
+            group += 1
+        if n == 0 or n % group or any(rows[i] != rows[i - i % group] for i in range(n)):
+            group = 1
+        heads = rows[::group]
+        if heads != list(range(self.cross_kv.size(2))):
+            keep = torch.tensor(heads, dtype=torch.long, device=self.cross_kv.device)
+            self.cross_kv = self.cross_kv.index_select(2, keep)
+            self.memory_mask = self.memory_mask.index_select(0, keep)
+        self.group = group
+
+    def _capacity(self, positions: int) -> int:
+        """Capacity for `positions`: the current one while it suffices, else doubled (up to max_len)."""
+        capacity = self.self_kv.size(4)
+        return capacity if positions <= capacity else max(positions, min(2 * capacity, self.max_len))
 
     def reserve(self, positions: int) -> None:
         """Make room for `positions` target positions, doubling the capacity when it runs out."""
-        capacity = self.self_kv.size(4)
-        if positions <= capacity:
+        capacity = self._capacity(positions)
+        if capacity == self.self_kv.size(4):
             return
-        new_capacity = max(positions, min(2 * capacity, self.max_len))
-        grown = self.self_kv.new_empty(*self.self_kv.shape[:4], new_capacity, self.self_kv.size(5))
-        grown[:, :, :, :, :capacity] = self.self_kv
-        self.self_kv = grown
+        grown = self.self_kv.new_empty(*self.self_kv.shape[:4], capacity, self.self_kv.size(5))
+        grown[:, :, :, :, : self.step] = self.self_kv[:, :, :, :, : self.step]
+        self.self_kv = self._buffer = grown
+        self._spare = None
 
 
 class Transformer(nn.Module):
@@ -249,7 +304,7 @@ class Transformer(nn.Module):
     vocabularies have the same size (a joint vocabulary) - otherwise it stays separate.
     """
 
-    INITIAL_CACHE = 16  # positions preallocated by init_cache before doubling
+    INITIAL_CACHE = 16  # positions preallocated by init_cache before doubling (except on CPU, see there)
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_heads: int = 8,
                  d_ff: int = 2048, encoder_layers: int = 6, decoder_layers: int = 6, dropout: float = 0.1,
@@ -329,10 +384,15 @@ class Transformer(nn.Module):
     # ---- decoder: one position at a time (search) ------------------------------------------------
 
     def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int) -> DecoderCache:
-        """Decoding state for the rows of `memory`; max_len is the expected number of steps."""
+        """Decoding state for the rows of `memory`; max_len is the expected number of steps.
+
+        On CPU the cache reserves all max_len positions at once: the OS commits pages only when they are
+        written, so unused capacity costs no memory, while each doubling would cost a copy and fresh
+        pages. On accelerators memory is committed at allocation, so there the capacity doubles."""
         cross_kv = torch.stack([torch.stack(layer.cross_attn.kv(memory)) for layer in self.decoder_layers])
         L, _, B, H, _, Dh = cross_kv.shape
-        self_kv = cross_kv.new_empty(L, 2, B, H, max(1, min(max_len, self.INITIAL_CACHE)), Dh)
+        capacity = max_len if memory.device.type == "cpu" else min(max_len, self.INITIAL_CACHE)
+        self_kv = cross_kv.new_empty(L, 2, B, H, max(1, capacity), Dh)
         return DecoderCache(cross_kv, _attend_mask(src_pad_mask), self_kv, max_len=max_len)
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache,
@@ -349,7 +409,8 @@ class Transformer(nn.Module):
         x = self._embed(self.tgt_embed, tokens[:, None], offset=step)
         weights = []
         for i, layer in enumerate(self.decoder_layers):
-            x, w = layer.step(x, cache.self_kv[i], step, cache.cross_kv[i], cache.memory_mask, need_attention)
+            x, w = layer.step(x, cache.self_kv[i], step, cache.cross_kv[i], cache.memory_mask, need_attention,
+                              cache.group)
             weights.append(w)
         cache.step = step + 1
         logits = self._project(self.decoder_norm(x[:, 0]))

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -47,14 +48,16 @@ def max_lengths(model, src: Tensor, pad: int, max_len_a: float, max_len_b: int) 
 
 def _next_token_lprobs(logits: Tensor, at_limit: Tensor, bos: int, eos: int, pad: int) -> Tensor:
     """log_softmax in float32; PAD and BOS are never emitted; rows at their length limit
-    (at_limit [N]) may only emit EOS, which keeps its real log-probability."""
+    (at_limit [N]) may only emit EOS, which keeps its real log-probability. Returns a new tensor,
+    which callers may update in place."""
     lprobs = logits.float().log_softmax(dim=-1)
-    lprobs[:, [pad, bos]] = float("-inf")
-    if not bool(at_limit.any()):
-        return lprobs
-    forced = torch.full_like(lprobs, float("-inf"))
-    forced[:, eos] = lprobs[:, eos]
-    return torch.where(at_limit[:, None], forced, lprobs)
+    lprobs[:, pad] = float("-inf")
+    lprobs[:, bos] = float("-inf")
+    if bool(at_limit.any()):
+        eos_lprobs = lprobs[:, eos].clone()
+        lprobs[at_limit] = float("-inf")
+        lprobs[:, eos] = eos_lprobs
+    return lprobs
 
 
 def _step_attention(attention: Tensor | None, layer: int) -> Tensor | None:
@@ -136,27 +139,29 @@ def beam_search(model, src: Tensor, *, beam: int = 4, length_penalty: float = 0.
     T = int(limit.max())
     memory, src_pad_mask = model.encode(src)
     cache = model.init_cache(memory, src_pad_mask, T + 1)
-    cache.reorder(torch.arange(B, device=device).repeat_interleave(K))  # row n*K + k = beam k of slot n
+    # Step 0 runs one row per sentence: all beams would hold the same empty prefix. Its reorder then
+    # expands each sentence to K rows; from there on row n*K + k = beam k of slot n.
     sent = torch.arange(B, device=device)  # sentence of each active slot
     bar = torch.full((B,), float("-inf"), device=device)  # worst of `beam` finished scores, once there are
-    scores = torch.zeros(B * K, device=device)  # cumulative log-probability of each row
-    tokens = src.new_full((B * K,), bos)
-    history = src.new_full((B * K, T + 1), pad)  # tokens emitted so far by each row
-    attn = torch.zeros(B * K, T + 1, S, device=device) if need_attention else None
+    scores = torch.zeros(B, device=device)  # cumulative log-probability of each row
+    tokens = src.new_full((B,), bos)
+    history = src.new_full((B, T + 1), pad)  # tokens emitted so far by each row
+    attn = torch.zeros(B, T + 1, S, device=device) if need_attention else None
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     src_len = src.ne(pad).sum(dim=1).tolist()
 
     for t in range(T + 1):
-        N = sent.numel()
+        N, R = sent.numel(), 1 if t == 0 else K  # active slots, rows per slot
         logits, step_attn = model.decode_step(tokens, cache, need_attention)
         at_limit = t >= limit[sent]
-        lprobs = _next_token_lprobs(logits, at_limit.repeat_interleave(K), bos, eos, pad)
+        lprobs = _next_token_lprobs(logits, at_limit.repeat_interleave(R) if R > 1 else at_limit, bos, eos, pad)
         V = lprobs.size(-1)
-        candidates = (scores[:, None] + lprobs).view(N, K, V)
-        if t == 0:  # all beams hold the same empty prefix: expand only the first
-            candidates[:, 1:] = float("-inf")
-        top_scores, top_index = candidates.view(N, K * V).topk(min(2 * K, K * V), dim=1)
-        top_rows = top_index.div(V, rounding_mode="floor") + torch.arange(N, device=device)[:, None] * K
+        candidates = lprobs.add_(scores[:, None]).view(N, R * V)
+        if R * V < 2 * K:  # tiny vocabulary: fill up with impossible candidates
+            candidates = F.pad(candidates, (0, 2 * K - R * V), value=float("-inf"))
+        top_scores, top_index = candidates.topk(2 * K, dim=1)
+        beam_of = top_index.div(V, rounding_mode="floor").clamp_(max=R - 1)
+        top_rows = beam_of + torch.arange(N, device=device)[:, None] * R
         top_tokens = top_index.remainder(V)
         is_eos = top_tokens.eq(eos)
         step_attn = _step_attention(step_attn, attention_layer)

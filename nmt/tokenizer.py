@@ -148,6 +148,10 @@ class Tokenizer:
     def src_pieces(self, line: str) -> list[str]:
         return self._src.encode(_sanitize(normalize(clean_text(line), self.normalize)), out_type=str)
 
+    def src_id_pieces(self, ids: list[int]) -> list[str]:
+        size = self.src_vocab_size
+        return [self._src.id_to_piece(int(i)) if 0 <= int(i) < size else "<invalid>" for i in ids]
+
     def tgt_pieces(self, ids: list[int]) -> list[str]:
         size = self.tgt_vocab_size
         return [self._tgt.id_to_piece(int(i)) if 0 <= int(i) < size else "<invalid>" for i in ids]

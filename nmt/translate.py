@@ -20,7 +20,6 @@ import torch
 from nmt import checkpoint
 from nmt.batching import TokenBatchSampler, collate
 from nmt.config import Config, DecodeConfig, config_from_dict
-from nmt.corpus import clean_line
 from nmt.errors import CheckpointError, NmtError
 from nmt.log import console
 from nmt.model import Transformer
@@ -80,7 +79,7 @@ class Translator:
     """A loaded model + tokenizer + search settings."""
 
     def __init__(self, state: dict[str, Any], decode: DecodeConfig, *, device: str = "auto",
-                 dtype: str = "fp32", quantize: str | None = None):
+                 dtype: str = "fp32", quantize: str | None = None, attention_layer: int = -1):
         if dtype not in DTYPES:
             raise NmtError(f"--dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
         self.device = resolve_device(device)
@@ -92,6 +91,10 @@ class Translator:
         if quantize is not None:
             self._quantize(quantize)
         self.max_src = min(decode.max_input_tokens, self.model.max_positions - 1)
+        layers = config_from_dict(state["config"]).model.decoder_layers
+        if not -layers <= attention_layer < layers:
+            raise NmtError(f"--attention-layer {attention_layer} out of range: the model has {layers} decoder layers")
+        self.attention_layer = attention_layer
         self.warn = lambda message: console.print(f"[yellow]warning:[/yellow] {message}")
 
     def _quantize(self, kind: str) -> None:
@@ -109,17 +112,17 @@ class Translator:
     def _search(self, src: torch.Tensor, need_attention: bool) -> list[list[Hypothesis]]:
         d = self.decode
         common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, bos=BOS_ID, eos=EOS_ID, pad=PAD_ID,
-                      need_attention=need_attention)
+                      need_attention=need_attention, attention_layer=self.attention_layer)
         if d.beam == 1:
-            return greedy_search(self.model, src, **common)
+            return greedy_search(self.model, src, length_penalty=d.length_penalty, **common)
         return beam_search(self.model, src, beam=d.beam, length_penalty=d.length_penalty, nbest=d.nbest, **common)
 
     @torch.inference_mode()
     def translate_chunk(self, lines: list[str], *, first_line: int = 1,
                         need_attention: bool = False) -> list[Translation]:
         """Translate a list of lines; results come back in input order."""
-        sources = [clean_line(line) for line in lines]
-        ids = self.tokenizer.encode_src(sources)
+        sources = list(lines)
+        ids = self.tokenizer.encode_src(sources)  # cleans and normalizes like the training data
         for i, seq in enumerate(ids):
             if len(seq) > self.max_src:
                 self.warn(f"input line {first_line + i}: {len(seq)} tokens, truncated to {self.max_src}")
@@ -197,6 +200,9 @@ def _output(path: Path | None) -> Iterator[IO[str]]:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for secrets, not translations
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             yield f
@@ -216,14 +222,15 @@ def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, outp
     ckpt = default_checkpoint(cfg, opts.checkpoint, config_given)
     console.print(f"loading {ckpt}")
     translator = Translator.from_checkpoint(ckpt, cfg.decode, device=opts.device, dtype=opts.dtype,
-                                            quantize=opts.quantize)
+                                            quantize=opts.quantize, attention_layer=opts.attention_layer)
     need_attention = opts.attention_dir is not None or opts.alignment is not None
-    visuals = _Visuals(opts, translator.tokenizer) if need_attention else None
     show_bar = sys.stderr.isatty() if opts.progress is None else opts.progress
     warn = translator.warn
     with contextlib.ExitStack() as stack:
         stream = stack.enter_context(open(input, "rb")) if input is not None else sys.stdin.buffer
         out = stack.enter_context(_output(output))
+        align = stack.enter_context(_output(opts.alignment)) if opts.alignment else None
+        visuals = _Visuals(opts, translator.tokenizer, align) if need_attention else None
         bar = stack.enter_context(_progress(show_bar))
         count = 0
         lines = read_input(stream, str(input or "<stdin>"), warn)
@@ -235,8 +242,6 @@ def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, outp
                 out.flush()
                 bar(count)
         out.flush()
-        if visuals is not None:
-            visuals.close()
     console.print(f"translated {count} lines")
     return count
 
@@ -255,12 +260,17 @@ def _progress(enabled: bool) -> Iterator[Any]:
 
 
 class _Visuals:
-    """Attention heatmaps and hard alignments for `--attention` / `--alignment` (issue: plots)."""
+    """Attention heatmaps (`--attention DIR`) and hard word alignments (`--alignment FILE`).
 
-    def __init__(self, opts: TranslateOptions, tokenizer: Tokenizer):
+    The cross-attention comes from the search's own forward pass (Hypothesis.attention: the chosen
+    decoder layer averaged over heads). The optional every-head grid and encoder self-attention are
+    extra teacher-forced passes of the same model over the chosen translation, made only when asked.
+    """
+
+    def __init__(self, opts: TranslateOptions, tokenizer: Tokenizer, align: IO[str] | None):
         self.opts = opts
         self.tokenizer = tokenizer
-        self.align = open(opts.alignment, "w", encoding="utf-8") if opts.alignment else None  # noqa: SIM115
+        self.align = align
         if opts.attention_dir is not None:
             from nmt.plot import require_matplotlib
 
@@ -268,19 +278,35 @@ class _Visuals:
             opts.attention_dir.mkdir(parents=True, exist_ok=True)
 
     def add(self, line_no: int, result: Translation, translator: Translator) -> None:
-        from nmt.plot import alignment_pairs, save_attention_pngs
+        from nmt import plot
 
         if not result.hypotheses:
             if self.align:
                 self.align.write("\n")
             return
         hyp = result.hypotheses[0]
+        src_pieces = self.tokenizer.src_id_pieces(result.src_ids)
+        tgt_pieces = self.tokenizer.tgt_pieces(hyp.tokens)
         if self.align:
-            self.align.write(" ".join(f"{i}-{j}" for i, j in alignment_pairs(hyp.attention, self.opts.attention_layer))
-                             + "\n")
-        if self.opts.attention_dir is not None:
-            save_attention_pngs(self.opts, line_no, result, translator)
-
-    def close(self) -> None:
-        if self.align:
-            self.align.close()
+            self.align.write(plot.format_pharaoh(plot.word_alignment(hyp.attention, src_pieces, tgt_pieces)) + "\n")
+        out = self.opts.attention_dir
+        if out is None:
+            return
+        layer = self.opts.attention_layer
+        title = f"line {line_no}: decoder layer {layer} cross-attention (mean of heads)"
+        plot.plot_attention(hyp.attention, src_pieces, tgt_pieces, out / f"{line_no:06d}.png", title=title)
+        if not (self.opts.all_heads or self.opts.encoder_attention):
+            return
+        src = collate([result.src_ids], [hyp.tokens])
+        model = translator.model
+        with torch.inference_mode():
+            if self.opts.all_heads:
+                grid = model.decoder_attention(src.src.to(translator.device), src.tgt_in.to(translator.device))
+                plot.plot_attention_grid(grid[:, 0], src_pieces, tgt_pieces, out / f"{line_no:06d}.heads.png",
+                                         title=f"line {line_no}: cross-attention, every layer and head")
+            if self.opts.encoder_attention:
+                enc_all = model.encoder_attention(src.src.to(translator.device))
+                enc = enc_all[layer if -len(enc_all) <= layer < len(enc_all) else -1, 0].mean(0)
+                labels = src_pieces + ["</s>"]
+                plot.plot_attention(enc, labels, labels, out / f"{line_no:06d}.encoder.png",
+                                    title=f"line {line_no}: encoder layer {layer} self-attention (mean of heads)")

@@ -138,7 +138,10 @@ def test_non_finite_updates_are_skipped_then_abort(demo_data, tmp_path, monkeypa
     assert summary["step"] == 7 and summary["skipped_updates"] == 1
     assert all(math.isfinite(v) for v in weights(run / "last.pt")["src_embed.weight"].flatten().tolist())
 
-    monkeypatch.setattr(train_mod, "label_smoothed_loss", lambda *a, **k: tuple(x * float("nan") for x in real(*a, **k)))
+    def all_nan(*args, **kwargs):
+        return tuple(x * float("nan") for x in real(*args, **kwargs))
+
+    monkeypatch.setattr(train_mod, "label_smoothed_loss", all_nan)
     before = (run / "last.pt").read_bytes()
     with pytest.raises(NmtError, match="3 non-finite updates in a row"):
         train(tiny_config(demo_data, run, "train.max_updates=20", "train.max_bad_updates=3"), progress=False)
@@ -183,7 +186,8 @@ def test_time_budget_is_honoured_including_final_work(demo_data, tmp_path):
     assert summary["stopped"] == "max_minutes"
     assert summary["elapsed"] <= budget_min * 60
     assert summary["step"] > 5
-    assert (run / "averaged.pt").is_file() and checkpoint.load(run / "last.pt")["train_state"]["step"] == summary["step"]
+    assert (run / "averaged.pt").is_file()
+    assert checkpoint.load(run / "last.pt")["train_state"]["step"] == summary["step"]
 
 
 # ---------------------------------------------------------------- DDP (gloo, 2 processes)

@@ -1,0 +1,103 @@
+"""Shared helpers of the model benchmarks (bench/train.py, bench/translate.py).
+
+Both benches build our `nmt.model.Transformer` and a Hugging Face `MarianMTModel` of the same shape from
+a config file's `model:` section, with random weights, and time them interleaved: every repeat runs
+each contestant once, in alternating order, so that load from other users of the machine hits all of
+them alike. Medians over the repeats are reported, and ratios are what to compare across machines.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as `python bench/x.py` from anywhere without installing
+
+from nmt.config import ModelConfig, load_config  # noqa: E402
+from nmt.model import Transformer  # noqa: E402
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+def model_config(name: str) -> ModelConfig:
+    """The `model:` section of configs/<name>.yaml (or of a path to a YAML file)."""
+    path = Path(name)
+    if not path.suffix:
+        path = ROOT / "configs" / f"{name}.yaml"
+    return load_config(path).model
+
+
+def ours(cfg: ModelConfig, vocab: int, seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    return Transformer(vocab, vocab, pad_id=PAD, d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff,
+                       encoder_layers=cfg.encoder_layers, decoder_layers=cfg.decoder_layers, dropout=cfg.dropout,
+                       attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout,
+                       pre_norm=cfg.pre_norm, max_positions=cfg.max_positions, share_all_embeddings=True)
+
+
+def marian(cfg: ModelConfig, vocab: int, seed: int = 0, attn: str = "sdpa"):
+    """MarianMTModel with our dimensions: ReLU FFN, post-norm, static sinusoidal positions, embeddings
+    scaled by sqrt(d_model) and shared by encoder, decoder and output layer. (Marian has no pre-norm
+    option; a pre-norm config costs ours two extra LayerNorms, well under 1% of the work.)"""
+    from transformers import MarianConfig, MarianMTModel
+
+    config = MarianConfig(
+        vocab_size=vocab, decoder_vocab_size=vocab, d_model=cfg.d_model,
+        encoder_layers=cfg.encoder_layers, decoder_layers=cfg.decoder_layers,
+        encoder_attention_heads=cfg.n_heads, decoder_attention_heads=cfg.n_heads,
+        encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff, activation_function="relu",
+        dropout=cfg.dropout, attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout,
+        max_position_embeddings=cfg.max_positions, scale_embedding=True,
+        share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+        pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=BOS, forced_eos_token_id=EOS,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    return MarianMTModel._from_config(config, attn_implementation=attn)
+
+
+def random_batch(batch: int, min_len: int, max_len: int, vocab: int, seed: int) -> torch.Tensor:
+    """[batch, max_len + 1] random non-special ids with lengths in [min_len, max_len], then EOS, right-padded."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(min_len, max_len + 1, (batch,), generator=g)
+    lengths[0] = max_len  # the padded width is exactly max_len + 1
+    ids = torch.randint(4, vocab, (batch, max_len + 1), generator=g)
+    pos = torch.arange(max_len + 1)
+    ids = torch.where(pos[None] == lengths[:, None], torch.full_like(ids, EOS), ids)
+    return ids.masked_fill(pos[None] > lengths[:, None], PAD)
+
+
+def interleaved(contestants: dict[str, Callable[[], object]], repeats: int, warmup: int = 1,
+                progress: bool = True) -> dict[str, list[float]]:
+    """Seconds per call of each contestant: `warmup` untimed rounds, then `repeats` timed rounds; each
+    round calls every contestant once, the order reversed every other round."""
+    names = list(contestants)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(warmup + repeats):
+        order = names if r % 2 == 0 else names[::-1]
+        for name in order:
+            start = time.perf_counter()
+            contestants[name]()
+            elapsed = time.perf_counter() - start
+            if r >= warmup:
+                times[name].append(elapsed)
+        if progress:
+            done = ", ".join(f"{n} {times[n][-1]:.3f}s" for n in names if times[n]) if r >= warmup else "warm-up"
+            print(f"  round {r + 1}/{warmup + repeats}: {done}", file=sys.stderr, flush=True)
+    return times
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    line = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])

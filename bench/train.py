@@ -1,0 +1,94 @@
+"""Training throughput: target tokens/s of one update, ours vs Hugging Face MarianMTModel.
+
+Usage (from the repository root):
+
+    python bench/train.py                                  # tiny and base, 4096-token batches
+    python bench/train.py --configs tiny --steps 10 --threads 2 --max-tokens 4096
+
+One update = forward, label-smoothed loss (`nmt.train.label_smoothed_loss`, epsilon 0.1), backward of
+loss / target tokens, and an Adam step (betas 0.9/0.98, eps 1e-9, as configs/base.yaml), both models in
+train() mode with dropout from the config. Both get the same random batch: `--max-tokens` / 32 rows,
+source 21..30 tokens + EOS, target 22..31 tokens (+BOS in, +EOS out), right-padded. Marian gets
+`decoder_input_ids` and `attention_mask` (no `labels`: HF would compute a second, unsmoothed loss); its
+loss comes from its logits through the same function, so the work is equal. Weights are random;
+vocabulary `--vocab` shared by source, target and output layer in both.
+
+Updates run interleaved (ours, Marian, Marian, ours, ...) after a warm-up; the medians are reported.
+Goal: ratio ours/Marian >= 1.0.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from common import BOS, PAD, interleaved, marian, median, model_config, ours, random_batch, table
+
+from nmt.train import label_smoothed_loss
+
+
+def make_batch(max_tokens: int, vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    rows = max(1, max_tokens // 32)
+    src = random_batch(rows, 21, 30, vocab, seed)  # [rows, 31]
+    tgt = random_batch(rows, 22, 31, vocab, seed + 1)  # labels: tgt + EOS, [rows, 32]
+    tgt_in = torch.cat([torch.full((rows, 1), BOS), tgt[:, :-1]], dim=1)
+    tgt_in = tgt_in.masked_fill(tgt.eq(PAD), PAD)  # BOS + tgt, padded where the labels are
+    return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt, "ntok": int(tgt.ne(PAD).sum())}
+
+
+def update_fn(model, forward, optimizer, batch, epsilon: float):
+    def update() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        logits = forward(model, batch)
+        loss, _ = label_smoothed_loss(logits, batch["tgt_out"], epsilon)
+        (loss / batch["ntok"]).backward()
+        optimizer.step()
+
+    return update
+
+
+def ours_forward(model, batch):
+    return model(batch["src"], batch["tgt_in"])
+
+
+def marian_forward(model, batch):
+    return model(input_ids=batch["src"], attention_mask=batch["src"].ne(PAD),
+                 decoder_input_ids=batch["tgt_in"], use_cache=False).logits
+
+
+def bench(name: str, args) -> list[str]:
+    cfg = model_config(name)
+    batch = make_batch(args.max_tokens, args.vocab)
+    contestants = {}
+    for label, model, forward in (("ours", ours(cfg, args.vocab), ours_forward),
+                                  ("marian", marian(cfg, args.vocab), marian_forward)):
+        model.train()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        contestants[label] = update_fn(model, forward, opt, batch, args.label_smoothing)
+    print(f"{name}: d_model {cfg.d_model}, heads {cfg.n_heads}, d_ff {cfg.d_ff}, layers "
+          f"{cfg.encoder_layers}+{cfg.decoder_layers}, pre_norm {cfg.pre_norm}, batch {tuple(batch['src'].shape)} "
+          f"-> {tuple(batch['tgt_in'].shape)}, {batch['ntok']} target tokens", flush=True)
+    times = interleaved(contestants, args.steps, args.warmup)
+    ours_tps, marian_tps = (batch["ntok"] / median(times[k]) for k in ("ours", "marian"))
+    return [name, f"{ours_tps:,.0f}", f"{marian_tps:,.0f}", f"{ours_tps / marian_tps:.2f}"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--configs", default="tiny,base", help="comma-separated config names or YAML paths")
+    p.add_argument("--steps", type=int, default=6, help="timed updates per model")
+    p.add_argument("--warmup", type=int, default=1, help="untimed updates per model first")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--max-tokens", type=int, default=4096, help="padded target tokens per batch (rows x 32)")
+    p.add_argument("--vocab", type=int, default=8000)
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    rows = [bench(name, args) for name in args.configs.split(",")]
+    print(f"\ntraining update, target tokens/s (median of {args.steps}, {args.threads} threads, "
+          f"torch {torch.__version__})")
+    print(table(["config", "ours tok/s", "marian tok/s", "ours/marian"], rows))
+
+
+if __name__ == "__main__":
+    main()

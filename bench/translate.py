@@ -1,0 +1,195 @@
+"""Decoding throughput at beam 4: ours vs Hugging Face `generate()` vs CTranslate2, all in one run.
+
+Usage (from the repository root):
+
+    python bench/translate.py                                   # tiny and base, batch 32 and 1
+    python bench/translate.py --configs tiny --batches 32 --repeats 7 --length 25 --threads 2
+
+For each config a model of that shape gets random weights: ours (`nmt.search.beam_search` over
+`nmt.model.Transformer`, eval, inference_mode), HF `MarianMTModel.generate()` (SDPA attention, KV cache),
+and - if the `ctranslate2` package imports - that Marian model converted with
+`ctranslate2.converters.TransformersConverter` (float32, `translate_batch` on token strings). All decode
+the same random sources (15..20 tokens + EOS, right-padded; batch 1 = one 20-token sentence) with beam 4
+and length penalty 0.6, and every hypothesis is forced to exactly `--length` tokens plus EOS, so all
+three do the same `--length` + 1 decoder steps over batch x 4 rows:
+
+  - ours:  EOS logit set to -inf before step L (a thin wrapper around decode_step); search forces EOS at
+           its length limit L (max_len_a=0, max_len_b=L);
+  - HF:    min_new_tokens=L, max_new_tokens=L+1, forced_eos_token_id=EOS;
+  - CT2:   min_decoding_length = max_decoding_length = L + 1: CT2 stops at its maximum without an EOS
+           step, so this makes its L + 1 decoder steps too (it returns L + 1 tokens; L are counted).
+
+The script checks that every system returned the expected number of tokens per sentence. Reported: generated tokens/s
+(batch x L per call, EOS not counted) and sentences/s, medians over interleaved repeats, and the ratios
+ours/HF and ours/CT2. Goal: ours >= 2x HF generate() at batch 32 on tiny and base.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+
+import torch
+from common import BOS, EOS, PAD, interleaved, marian, median, model_config, ours, random_batch, table
+
+from nmt.search import beam_search
+
+BEAM, ALPHA = 4, 0.6
+
+
+class FixedLength:
+    """Our model with EOS made impossible before step `length`; at `length` beam search forces it."""
+
+    def __init__(self, model, length: int):
+        self.model, self.length, self.max_positions = model, length, model.max_positions
+
+    def encode(self, src):
+        return self.model.encode(src)
+
+    def init_cache(self, memory, src_pad_mask, max_len):
+        return self.model.init_cache(memory, src_pad_mask, max_len)
+
+    def decode_step(self, tokens, cache, need_attention=False):
+        step = cache.step
+        logits, attention = self.model.decode_step(tokens, cache, need_attention)
+        if step < self.length:
+            logits[:, EOS] = float("-inf")
+        return logits, attention
+
+
+def ours_fn(model, src, length):
+    wrapped = FixedLength(model, length)
+
+    def run():
+        with torch.inference_mode():
+            return beam_search(wrapped, src, beam=BEAM, length_penalty=ALPHA, max_len_a=0.0, max_len_b=length)
+
+    def check(result):
+        return all(len(h[0].tokens) == length for h in result)
+
+    return run, check
+
+
+def hf_fn(model, src, length):
+    from transformers import GenerationConfig
+
+    gen = GenerationConfig(num_beams=BEAM, do_sample=False, length_penalty=ALPHA, max_new_tokens=length + 1,
+                           min_new_tokens=length, forced_eos_token_id=EOS, eos_token_id=EOS, pad_token_id=PAD,
+                           decoder_start_token_id=BOS, bos_token_id=None, num_return_sequences=1, use_cache=True)
+    mask = src.ne(PAD)
+
+    def run():
+        with torch.inference_mode():
+            return model.generate(input_ids=src, attention_mask=mask, generation_config=gen)
+
+    def check(out):  # start token + L tokens + EOS
+        return out.shape == (src.size(0), length + 2) and bool(out[:, -1].eq(EOS).all())
+
+    return run, check
+
+
+def ct2_translator(hf_model, threads: int, workdir: str):
+    """Convert the Marian model with CTranslate2's Transformers converter, or None if it is not installed.
+    The converter wants a tokenizer only for the vocabulary and special tokens, so it gets a stub."""
+    try:
+        import ctranslate2
+        from ctranslate2.converters import TransformersConverter
+    except ImportError:
+        return None
+    vocab = hf_model.config.vocab_size
+    names = ["<blank>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4, vocab - 1)] + ["<pad>"]
+
+    class StubTokenizer:
+        eos_token, unk_token, bos_token = "</s>", "<unk>", "<s>"
+
+        def get_vocab(self):
+            return {name: i for i, name in enumerate(names)}
+
+    class Converter(TransformersConverter):
+        def load_tokenizer(self, *args, **kwargs):
+            return StubTokenizer()
+
+    # Marian's converter drops the last vocabulary entry (HF's appended <pad>), hence `names` ends with it.
+    hf_dir, ct2_dir = f"{workdir}/hf", f"{workdir}/ct2"
+    hf_model.save_pretrained(hf_dir)
+    Converter(hf_dir).convert(ct2_dir, force=True)
+    translator = ctranslate2.Translator(ct2_dir, device="cpu", compute_type="float32", inter_threads=1,
+                                        intra_threads=threads)
+    return translator, names
+
+
+def ct2_fn(ct2, src, length):
+    translator, names = ct2
+    tokens = [[names[i] for i in row if i != PAD] for row in src.tolist()]
+
+    def run():
+        return translator.translate_batch(tokens, beam_size=BEAM, length_penalty=ALPHA, max_batch_size=0,
+                                          min_decoding_length=length + 1, max_decoding_length=length + 1)
+
+    def check(result):
+        return all(len(r.hypotheses[0]) == length + 1 for r in result)
+
+    return run, check
+
+
+def sources(batch: int, vocab: int) -> torch.Tensor:
+    if batch == 1:
+        return random_batch(1, 20, 20, vocab - 1, seed=3)
+    return random_batch(batch, 15, 20, vocab - 1, seed=3)  # vocab - 1: CT2's vocabulary is one shorter
+
+
+def bench(name: str, args, workdir: str) -> list[list[str]]:
+    cfg = model_config(name)
+    ours_model = ours(cfg, args.vocab).eval()
+    hf_model = marian(cfg, args.vocab).eval()
+    ct2 = None if args.no_ct2 else ct2_translator(hf_model, args.threads, f"{workdir}/{name}")
+    if ct2 is None and not args.no_ct2:
+        print("ctranslate2 is not installed: skipping it (pip install ctranslate2)", file=sys.stderr)
+    rows = []
+    for batch in map(int, args.batches.split(",")):
+        src = sources(batch, args.vocab)
+        fns = {"ours": ours_fn(ours_model, src, args.length), "hf": hf_fn(hf_model, src, args.length)}
+        if ct2 is not None:
+            fns["ct2"] = ct2_fn(ct2, src, args.length)
+        for label, (run, check) in fns.items():
+            if not check(run()):
+                raise SystemExit(f"{label}: hypotheses do not all have {args.length} tokens; the work is not equal")
+        print(f"{name}, batch {batch}: d_model {cfg.d_model}, layers {cfg.encoder_layers}+{cfg.decoder_layers}, "
+              f"src {tuple(src.shape)}, beam {BEAM}, {args.length} tokens per hypothesis", flush=True)
+        times = interleaved({k: v[0] for k, v in fns.items()}, args.repeats, args.warmup)
+        sec = {k: median(v) for k, v in times.items()}
+        # Paired ratio: each round's ours vs the peer's time from the same round, median over rounds.
+        paired = {k: median([p / o for o, p in zip(times["ours"], times[k], strict=True)]) for k in times}
+        row = [name, str(batch)]
+        for k in ("ours", "hf", "ct2"):
+            row += ([f"{batch * args.length / sec[k]:,.0f}", f"{batch / sec[k]:,.1f}"] if k in sec else ["-", "-"])
+        row += [f"{sec['hf'] / sec['ours']:.2f} ({paired['hf']:.2f})",
+                f"{sec['ct2'] / sec['ours']:.2f} ({paired['ct2']:.2f})" if "ct2" in sec else "-"]
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--configs", default="tiny,base", help="comma-separated config names or YAML paths")
+    p.add_argument("--batches", default="32,1", help="comma-separated batch sizes (sentences per call)")
+    p.add_argument("--length", type=int, default=25, help="tokens per hypothesis (EOS excluded)")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per system")
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls per system first")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--vocab", type=int, default=8000)
+    p.add_argument("--no-ct2", action="store_true", help="skip CTranslate2 even if installed")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as workdir:
+        rows = [row for name in args.configs.split(",") for row in bench(name, args, workdir)]
+    print(f"\nbeam {BEAM} decoding, {args.length} tokens per sentence (median of {args.repeats}, "
+          f"{args.threads} threads, torch {torch.__version__}); ratio = ours speed / peer speed "
+          f"(in brackets: median of per-round ratios)")
+    print(table(["config", "batch", "ours tok/s", "ours sent/s", "hf tok/s", "hf sent/s", "ct2 tok/s",
+                 "ct2 sent/s", "ours/hf", "ours/ct2"], rows))
+
+
+if __name__ == "__main__":
+    main()
