@@ -10,6 +10,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,7 +103,12 @@ class Translator:
             raise NmtError(f"--quantize supports 'int8', got '{kind}'")
         if self.device.type != "cpu":
             raise NmtError("--quantize int8 runs on CPU only (use --dtype bf16/fp16 on GPU)")
-        self.model = torch.ao.quantization.quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8)
+        quantize_dynamic = getattr(getattr(torch.ao, "quantization", None), "quantize_dynamic", None)
+        if quantize_dynamic is None:
+            raise NmtError("--quantize int8 needs torch.ao.quantization, which this torch build lacks")
+        with warnings.catch_warnings():  # torch marks eager quantization deprecated in favour of torchao
+            warnings.simplefilter("ignore")
+            self.model = quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, decode: DecodeConfig, **kwargs: Any) -> Translator:

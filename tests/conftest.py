@@ -42,3 +42,16 @@ def tiny_config(data_dir: Path, run_dir: Path, *overrides: str) -> Config:
         "train.valid_every=1000", "train.save_every=1000", "train.valid_bleu_sentences=20",
         "train.max_updates=6", "train.average_last=2", *overrides,
     ])
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory, demo_data) -> Path:
+    """A small model trained briefly on the demo corpus (shared by translate/plot tests)."""
+    from nmt.train import train
+
+    run = tmp_path_factory.mktemp("demo-run") / "run"
+    cfg = tiny_config(demo_data, run, "model.d_model=64", "model.d_ff=128", "model.n_heads=4",
+                      "train.max_updates=250", "train.max_tokens=2048", "train.lr=5e-3", "train.warmup=30",
+                      "train.save_every=50", "train.log_every=50", "train.average_last=2", "model.dropout=0")
+    train(cfg, progress=False)
+    return run

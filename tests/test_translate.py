@@ -1,0 +1,208 @@
+from __future__ import annotations
+
+import dataclasses
+import io
+import itertools
+import struct
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nmt import checkpoint
+from nmt.config import DecodeConfig, load_config
+from nmt.errors import CheckpointError, NmtError
+from nmt.score import corpus_bleu
+from nmt.translate import TranslateOptions, Translator, translate_file
+
+
+@pytest.fixture(scope="module")
+def translator(demo_run) -> Translator:
+    return Translator.from_checkpoint(demo_run / "averaged.pt", DecodeConfig(chunk_lines=7))
+
+
+def with_decode(t: Translator, **changes) -> Translator:
+    """The same loaded model with other search settings (no reload)."""
+    clone = object.__new__(Translator)
+    clone.__dict__.update(t.__dict__)
+    clone.decode = dataclasses.replace(t.decode, **changes)
+    return clone
+
+
+def texts(t: Translator, lines: list[str]) -> list[str]:
+    return [r.text[0] for r in t.stream(lines)]
+
+
+def test_the_demo_model_translates_and_beam_is_not_worse_than_greedy(translator, demo_data):
+    src = (demo_data / "test.en").read_text(encoding="utf-8").splitlines()
+    ref = (demo_data / "test.de").read_text(encoding="utf-8").splitlines()
+    beam = corpus_bleu(texts(translator, src), [ref])
+    greedy = corpus_bleu(texts(with_decode(translator, beam=1), src), [ref])
+    assert greedy > 15, "the fixture model should have learned something"
+    assert beam >= greedy - 0.5
+
+
+def test_one_output_line_per_input_line_in_order(translator):
+    lines = ["two hundred", "", "   ", "\x00\x07 control \x1b chars", "emoji 🙂 ünïcödé 中文", "x" * 2000,
+             "three", "\u2028 separator", "", "seven thousand"]
+    results = list(translator.stream(lines))
+    assert len(results) == len(lines)
+    assert [r.source for r in results] == lines
+    assert results[1].text == [""] and results[2].text == [""] and results[-2].text == [""]
+    assert results[0].text[0] == texts(translator, ["two hundred"])[0]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
+                .map(lambda s: s.replace("\n", " ")), max_size=12))
+def test_line_count_invariant_property(translator, lines):
+    fast = with_decode(translator, beam=2, max_len_b=5)
+    assert len(list(fast.stream(lines))) == len(lines)
+
+
+def test_batched_equals_one_by_one(translator, demo_data):
+    src = (demo_data / "test.en").read_text(encoding="utf-8").splitlines()[:24]
+    batched = texts(translator, src)
+    single = [texts(translator, [line])[0] for line in src]
+    assert batched == single
+
+
+def test_streaming_is_lazy(translator):
+    """Results arrive chunk by chunk: an endless input still yields its first translations."""
+    endless = (f"{n} euros" for n in itertools.count())
+    first = list(itertools.islice(translator.stream(endless), 10))
+    assert len(first) == 10
+
+
+def test_nbest_lists_are_sorted_and_distinct(translator, demo_data):
+    src = (demo_data / "test.en").read_text(encoding="utf-8").splitlines()[:10]
+    for result in with_decode(translator, beam=4, nbest=4).stream(src):
+        scores = [h.score for h in result.hypotheses]
+        assert len(result.hypotheses) == 4 and scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in result.hypotheses}) == 4
+
+
+def test_long_input_is_truncated_with_a_warning(translator):
+    short = with_decode(translator, max_input_tokens=5)
+    short.max_src = 5
+    warnings: list[str] = []
+    short.warn = warnings.append
+    result = short.translate_chunk(["one two three four five six seven eight nine ten"])[0]
+    assert len(result.src_ids) == 5 and "truncated to 5" in warnings[0] and "line 1" in warnings[0]
+
+
+def test_bf16_and_int8_paths_run(demo_run):
+    for kwargs in ({"dtype": "bf16"}, {"quantize": "int8"}):
+        t = Translator.from_checkpoint(demo_run / "averaged.pt", DecodeConfig(beam=2), **kwargs)
+        out = texts(t, ["forty-two", "", "the red car"])
+        assert len(out) == 3 and out[1] == "" and out[0]
+
+
+def test_bad_dtype_quantize_and_layer_are_clear_errors(demo_run):
+    with pytest.raises(NmtError, match="fp16 needs a CUDA"):
+        Translator.from_checkpoint(demo_run / "best.pt", DecodeConfig(), dtype="fp16")
+    with pytest.raises(NmtError, match="--quantize supports 'int8'"):
+        Translator.from_checkpoint(demo_run / "best.pt", DecodeConfig(), quantize="int4")
+    with pytest.raises(NmtError, match="out of range: the model has 1 decoder layers"):
+        Translator.from_checkpoint(demo_run / "best.pt", DecodeConfig(), attention_layer=3)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "random", "version"])
+def test_damaged_checkpoints_give_one_line_errors(demo_run, tmp_path, damage):
+    bad = tmp_path / "bad.pt"
+    data = (demo_run / "best.pt").read_bytes()
+    if damage == "truncated":
+        bad.write_bytes(data[: len(data) // 2])
+    elif damage == "empty":
+        bad.write_bytes(b"")
+    elif damage == "random":
+        bad.write_bytes(bytes(range(256)) * 50)
+    else:
+        state = checkpoint.load(demo_run / "best.pt")
+        state.pop("format"), state.pop("version")
+        checkpoint.save(state, bad)
+        raw = checkpoint.load(bad)
+        raw["version"] = 99
+        import torch
+
+        torch.save(raw, bad)
+    with pytest.raises(CheckpointError, match=str(bad)) as err:
+        Translator.from_checkpoint(bad, DecodeConfig())
+    assert "\n" not in str(err.value)
+
+
+# ---------------------------------------------------------------- the file-level command
+
+
+def run_translate(demo_run, tmp_path, text: bytes, **opts) -> tuple[Path, TranslateOptions]:
+    cfg = load_config(None, ["decode.beam=2"])
+    src = tmp_path / "in.txt"
+    src.write_bytes(text)
+    out = tmp_path / "out.txt"
+    options = TranslateOptions(checkpoint=demo_run / "averaged.pt", progress=False, **opts)
+    translate_file(cfg, options, src, out)
+    return out, options
+
+
+def test_files_crlf_invalid_utf8_and_missing_final_newline(demo_run, tmp_path):
+    out, _ = run_translate(demo_run, tmp_path, b"forty-two\r\n\xff\xfe broken\r\n\r\nthe red car")
+    lines = out.read_text(encoding="utf-8").split("\n")
+    assert len(lines) == 5 and lines[-1] == "" and lines[2] == ""  # 4 lines, each newline-terminated
+
+
+def test_scores_and_nbest_output_formats(demo_run, tmp_path):
+    out, _ = run_translate(demo_run, tmp_path, b"forty-two\n\n", scores=True)
+    first, empty = out.read_text(encoding="utf-8").splitlines()
+    assert float(first.split("\t")[1]) < 0 and empty == "\t0.0000"
+    cfg = load_config(None, ["decode.beam=3", "decode.nbest=3"])
+    (tmp_path / "in2.txt").write_text("forty-two\n")
+    translate_file(cfg, TranslateOptions(checkpoint=demo_run / "averaged.pt"), tmp_path / "in2.txt",
+                   tmp_path / "nbest.txt")
+    rows = [r.split("\t") for r in (tmp_path / "nbest.txt").read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 3 and {r[0] for r in rows} == {"1"}
+    assert [float(r[2]) for r in rows] == sorted((float(r[2]) for r in rows), reverse=True)
+
+
+def test_failed_run_leaves_no_partial_output(demo_run, tmp_path):
+    out = tmp_path / "out.txt"
+    with pytest.raises(NmtError):
+        translate_file(load_config(None), TranslateOptions(checkpoint=tmp_path / "missing.pt"),
+                       None, out)
+    with pytest.raises(NmtError, match="input file not found"):
+        translate_file(load_config(None), TranslateOptions(checkpoint=demo_run / "best.pt"),
+                       tmp_path / "nope.txt", out)
+    assert not out.exists() and not list(tmp_path.glob(".out.txt*"))
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", head[16:24])
+
+
+def test_attention_pngs_and_alignments(demo_run, tmp_path):
+    from nmt.plot import DPI, attention_figsize
+
+    pics = tmp_path / "attn"
+    out, _ = run_translate(demo_run, tmp_path, b"forty-two\n\nthe red car\n", attention_dir=pics,
+                           alignment=tmp_path / "align.txt", all_heads=True, encoder_attention=True)
+    align = (tmp_path / "align.txt").read_text().split("\n")
+    assert len(align) == 4 and align[1] == "" and all("-" in p for p in align[0].split())
+    names = sorted(p.name for p in pics.iterdir())
+    assert names == ["000001.encoder.png", "000001.heads.png", "000001.png",
+                     "000003.encoder.png", "000003.heads.png", "000003.png"]
+    t = Translator.from_checkpoint(demo_run / "averaged.pt", DecodeConfig(beam=2))
+    result = t.translate_chunk(["forty-two"], need_attention=True)[0]
+    attn = result.hypotheses[0].attention
+    assert attn.shape == (len(result.hypotheses[0].tokens) + 1, len(result.src_ids) + 1)
+    assert attn.sum(-1).sub(1).abs().max() < 1e-4
+    w, h = attention_figsize(attn.shape[1], attn.shape[0])
+    assert png_size(pics / "000001.png") == (int(w * DPI), int(h * DPI))
+
+
+def test_stdin_and_stdout(demo_run, monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"forty-two\n\nthree\n")))
+    translate_file(load_config(None, ["decode.beam=2"]), TranslateOptions(checkpoint=demo_run / "best.pt"),
+                   None, None)
+    assert len(capsys.readouterr().out.split("\n")) == 4
