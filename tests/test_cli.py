@@ -1,0 +1,110 @@
+"""The command line as a user runs it: subprocesses of `python -m nmt`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def nmt(*args: str, cwd: Path | None = None, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "nmt", *args], cwd=cwd, input=stdin, capture_output=True,
+                          env=env, timeout=300)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    err = proc.stderr.decode()
+    assert proc.returncode != 0
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_pipeline_end_to_end(tmp_path, demo_raw):
+    """prepare -> train -> translate -> score through the CLI, with the config chaining the paths."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(
+        "data: {dir: data, vocab_size: 400}\n"
+        "model: {d_model: 32, n_heads: 2, d_ff: 64, encoder_layers: 1, decoder_layers: 1}\n"
+        "train: {run_dir: runs/tiny, max_updates: 20, max_tokens: 1024, warmup: 5, lr: 0.003, log_every: 5,\n"
+        "        valid_every: 10, save_every: 10, valid_bleu_sentences: 10, average_last: 2}\n"
+        "decode: {beam: 2}\n"
+    )
+    prep = nmt("prepare", "--config", str(config), "--train", demo_raw["train"], "--valid", demo_raw["valid"],
+               "--test", demo_raw["test"], cwd=tmp_path)
+    assert prep.returncode == 0, prep.stderr.decode()
+    assert json.loads((tmp_path / "data/meta.json").read_text())["splits"]["train"]["pairs"] == 2000
+    tr = nmt("train", "--config", str(config), "--no-progress", cwd=tmp_path)
+    assert tr.returncode == 0, tr.stderr.decode()
+    assert (tmp_path / "runs/tiny/averaged.pt").is_file()
+    src = (tmp_path / "data/test.en").read_bytes()
+    tl = nmt("translate", "--config", str(config), cwd=tmp_path, stdin=src)
+    assert tl.returncode == 0, tl.stderr.decode()
+    assert "averaged.pt" in tl.stderr.decode()  # the checkpoint choice is printed on stderr
+    hyp = tl.stdout.decode()
+    assert hyp.count("\n") == src.count(b"\n")
+    (tmp_path / "hyp.de").write_text(hyp)
+    sc = nmt("score", "--ref", str(tmp_path / "data/test.de"), "--hyp", str(tmp_path / "hyp.de"), "--json")
+    assert sc.returncode == 0, sc.stderr.decode()
+    result = json.loads(sc.stdout)
+    assert {"bleu", "chrf", "ter"} <= set(result) and 0 <= result["bleu"]["score"] <= 100
+    pl = nmt("plot", "runs/tiny", cwd=tmp_path)
+    assert pl.returncode == 0 and (tmp_path / "runs/tiny/curves.png").stat().st_size > 1000
+    # with no --config and no --checkpoint, translate finds the newest run under runs/
+    again = nmt("translate", cwd=tmp_path, stdin=b"forty-two\n")
+    assert again.returncode == 0 and again.stdout.count(b"\n") == 1
+    assert "runs/tiny/averaged.pt" in again.stderr.decode()
+
+
+def test_help_explains_every_command():
+    top = nmt("--help")
+    assert top.returncode == 0
+    for command in ("prepare", "train", "translate", "score", "average", "plot"):
+        assert command in top.stdout.decode()
+        sub = nmt(command, "--help")
+        assert sub.returncode == 0 and "--" in sub.stdout.decode()
+
+
+def test_config_errors_are_one_line(tmp_path):
+    assert_one_line_error(nmt("train", "--set", "model.d_modle=3"), "model.d_modle", "did you mean 'd_model'")
+    assert_one_line_error(nmt("train", "--config", str(tmp_path / "none.yaml")), "config file not found")
+    assert_one_line_error(nmt("train", "--set", "train.lr=fast"), "train.lr")
+
+
+def test_prepare_errors_are_one_line(tmp_path):
+    (tmp_path / "a.en").write_text("one\ntwo\nthree\n")
+    (tmp_path / "a.de").write_text("eins\nzwei\n")
+    out = str(tmp_path / "data")
+    assert_one_line_error(nmt("prepare", "--train", str(tmp_path / "a"), "-o", out), "3", "2")
+    assert_one_line_error(nmt("prepare", "--train", str(tmp_path / "missing"), "-o", out), "missing")
+    (tmp_path / "b.en").write_bytes(b"fine\n\xff\xfe bad\n")
+    (tmp_path / "b.de").write_text("gut\nschlecht\n")
+    assert_one_line_error(nmt("prepare", "--train", str(tmp_path / "b"), "-o", out), "b.en", "2")
+    assert_one_line_error(nmt("prepare", "-o", out), "no training data")
+    assert not (tmp_path / "data" / "meta.json").exists()
+
+
+def test_translate_and_score_errors_are_one_line(tmp_path):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"\x00" * 100)
+    assert_one_line_error(nmt("translate", "--checkpoint", str(bad), stdin=b"x\n"), str(bad))
+    (tmp_path / "h").write_text("a\nb\n")
+    (tmp_path / "r").write_text("a\n")
+    assert_one_line_error(nmt("score", "--ref", str(tmp_path / "r"), "--hyp", str(tmp_path / "h")), "2", "1")
+    assert_one_line_error(nmt("train", "--set", f"data.dir={tmp_path / 'nodata'}"), "nmt prepare")
+
+
+@pytest.mark.parametrize("entry", [["-m", "nmt"], ["-c", "from nmt.cli import main; main()"]])
+def test_python_dash_m_and_console_entry(entry):
+    proc = subprocess.run([sys.executable, *entry, "score", "--help"], capture_output=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert proc.returncode == 0 and b"--ref" in proc.stdout
