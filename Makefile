@@ -42,5 +42,19 @@ bench-translate: $(STAMP)
 	$(PIP) install -q -e ".[bench]"
 	$(PYTHON) bench/translate.py
 
+# Multi30k: prepare -> train (60-minute budget) -> translate test2016 -> score, timing each stage.
+M30_DATA := data/multi30k-$(SRC)-$(TGT)
+M30_RUN := runs/multi30k-$(SRC)-$(TGT)
+multi30k: $(STAMP)
+	@t=$$(date +%s); $(PYTHON) -m nmt prepare --config configs/multi30k.yaml --train $(MULTI30K)/train \
+	  --valid $(MULTI30K)/val --test $(MULTI30K)/test2016 --src-lang $(SRC) --tgt-lang $(TGT) --data-dir $(M30_DATA) \
+	  && echo "[time] prepare: $$(( $$(date +%s) - t )) s"
+	@t=$$(date +%s); $(PYTHON) -m nmt train --config configs/multi30k.yaml --data-dir $(M30_DATA) --run-dir $(M30_RUN) \
+	  && echo "[time] train: $$(( $$(date +%s) - t )) s"
+	@t=$$(date +%s); $(PYTHON) -m nmt translate --config configs/multi30k.yaml --checkpoint $(M30_RUN)/averaged.pt \
+	  --input $(MULTI30K)/test2016.$(SRC) --output $(M30_RUN)/test2016.hyp.$(TGT) \
+	  && echo "[time] translate: $$(( $$(date +%s) - t )) s"
+	$(PYTHON) -m nmt score --ref $(MULTI30K)/test2016.$(TGT) --hyp $(M30_RUN)/test2016.hyp.$(TGT) --metrics bleu,chrf
+
 clean:
 	rm -rf data/demo data/demo-raw runs/tiny $(STAMP)
