@@ -41,6 +41,9 @@ def atomic_write(path: str | Path, write: Callable[[Any], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide checkpoints from the rest of a team
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -72,6 +75,13 @@ def link_or_copy(src: str | Path, dst: str | Path) -> None:
     except OSError:
         tmp.unlink(missing_ok=True)
         atomic_write(dst, lambda f: f.write(src.read_bytes()))
+
+
+def remove_partial_writes(directory: str | Path) -> None:
+    """Delete the temp files of writes a kill interrupted (atomic_write's and link_or_copy's `.*.tmp`)."""
+    for p in Path(directory).glob(".*.tmp"):
+        if p.is_file():
+            p.unlink(missing_ok=True)
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

@@ -141,7 +141,7 @@ def average(
     from nmt.train import average_run
 
     cfg = _config(config, overrides, **{"train.run_dir": run_dir})
-    out = average_run(cfg.train.run_dir, last or cfg.train.average_last)
+    out = average_run(cfg.train.run_dir, cfg.train.average_last if last is None else last)
     typer.echo(f"wrote {out}", err=True)
 
 

@@ -24,10 +24,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+import yaml
 
 from nmt import checkpoint
 from nmt.batching import Batch, TokenBatchSampler, collate
-from nmt.config import Config, config_from_dict, dump_yaml
+from nmt.config import Config, config_from_dict
 from nmt.errors import NmtError
 from nmt.log import Reporter
 from nmt.model import Transformer
@@ -70,6 +71,30 @@ def learning_rate(step: int, cfg: Config) -> float:
     return t.lr * math.sqrt(max(t.warmup, 1) / step)
 
 
+# Exceptions meaning "this batch does not fit in memory". A tuple so tests can add a CPU-raisable class.
+OOM_ERRORS: tuple[type[BaseException], ...] = (torch.cuda.OutOfMemoryError,)
+
+
+def is_oom(error: BaseException) -> bool:
+    return isinstance(error, OOM_ERRORS) or (isinstance(error, RuntimeError) and "out of memory" in str(error))
+
+
+def split_batch(batch: Batch) -> list[Batch]:
+    """The two halves (by sentences) of a batch of >= 2 sentences, each trimmed to its own padding."""
+    half = len(batch) // 2
+    pieces = []
+    for rows in (slice(0, half), slice(half, len(batch))):
+        src, tgt_in, tgt_out = batch.src[rows], batch.tgt_in[rows], batch.tgt_out[rows]
+        src_width = int((src != PAD_ID).sum(1).max())
+        tgt_width = int((tgt_out != PAD_ID).sum(1).max())
+        pieces.append(Batch(
+            src=src[:, :src_width], tgt_in=tgt_in[:, :tgt_width], tgt_out=tgt_out[:, :tgt_width],
+            n_src_tokens=int((src != PAD_ID).sum()), n_tgt_tokens=int((tgt_out != PAD_ID).sum()),
+            index=batch.index[rows],
+        ))
+    return pieces
+
+
 # --------------------------------------------------------------------------- environment
 
 
@@ -100,7 +125,10 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
         return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise NmtError(f"train.device={name} but CUDA is not available on this machine")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise NmtError(f"train.device={name!r} is not a device (use auto, cpu, cuda or cuda:N)") from None
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", local_rank)
     return device
@@ -173,6 +201,8 @@ class Progress:
     bad_validations: int = 0
     bad_updates: int = 0  # consecutive non-finite updates
     skipped_updates: int = 0  # total non-finite updates skipped
+    oom_splits: int = 0  # batches split in two after running out of memory
+    oom_skipped: int = 0  # single sentences skipped because even they ran out of memory
     elapsed: float = 0.0  # training seconds, summed over resumes (for max_minutes)
 
 
@@ -197,8 +227,6 @@ def check_run_dir(cfg: Config, run_dir: Path, force: bool) -> None:
     saved = run_dir / "config.yaml"
     if not saved.is_file():
         return
-    import yaml
-
     try:
         old = config_from_dict(yaml.safe_load(saved.read_text(encoding="utf-8")) or {}).to_dict()
     except Exception:
@@ -213,6 +241,10 @@ def check_run_dir(cfg: Config, run_dir: Path, force: bool) -> None:
             f"run dir {run_dir} holds another experiment ({diffs[0]}); "
             "use --force to start over or choose another train.run_dir"
         )
+    clear_run_dir(run_dir)
+
+
+def clear_run_dir(run_dir: Path) -> None:
     for p in run_dir.iterdir():
         if p.name == ".lock":
             continue
@@ -225,6 +257,7 @@ def check_run_dir(cfg: Config, run_dir: Path, force: bool) -> None:
 class Trainer:
     def __init__(self, cfg: Config, *, force: bool = False, progress: bool | None = None):
         self.cfg = cfg
+        self.force = force
         t = cfg.train
         if t.threads > 0:
             torch.set_num_threads(t.threads)
@@ -275,12 +308,27 @@ class Trainer:
         )
         self.sampler.set_epoch(1)
         self.state = Progress()
-        resumed = checkpoint.newest_intact(self.run_dir, warn=self.report.warn)
+        if self.env.main:
+            checkpoint.remove_partial_writes(self.run_dir)  # left by a kill during a save; we hold the lock
+        damaged: list[str] = []
+        resumed = checkpoint.newest_intact(self.run_dir, warn=lambda m: (damaged.append(m), self.report.warn(m)))
+        if resumed is None and damaged:
+            # starting over would mix new checkpoints with the damaged ones (prune, average): the user decides
+            if not self.force:
+                raise NmtError(f"no intact checkpoint in {self.run_dir}: all {len(damaged)} are damaged "
+                               "(see the warnings above); use --force to start over")
+            if self.env.main:
+                clear_run_dir(self.run_dir)
         if resumed is not None:
             self._restore(resumed)
         elif self.env.main:
-            dump_yaml(cfg, self.run_dir / "config.yaml")
+            # atomic: a kill while writing it must not make the run dir look like another experiment
+            checkpoint.atomic_write(self.run_dir / "config.yaml",
+                                    lambda f: f.write(yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode()))
+            self.report.truncate_metrics(0)  # records of a run killed before its first checkpoint
         self._valid_refs: list[str] | None = None
+        self.skip_reason = ""
+        self._piece = 0
         # Sizes the time-budget reserve; re-measured at every save/validation. A first guess from the
         # checkpoint size (weights + 2 Adam moments) at a conservative 100 MB/s.
         n_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters()) * 3
@@ -391,25 +439,29 @@ class Trainer:
         return torch.autocast(device_type=self.device.type, dtype=self.dtype)
 
     def _update(self, group: list[Batch]) -> dict[str, float] | None:
-        """Forward/backward over a group of batches and one optimizer step. None = skipped (non-finite)."""
+        """Forward/backward over a group of batches and one optimizer step. None = skipped (see skip_reason)."""
         t = self.cfg.train
         ntok = torch.tensor([sum(b.n_tgt_tokens for b in group)], dtype=torch.float64, device=self.device)
         if self.env.world > 1:
             dist.all_reduce(ntok)
         total = float(ntok.item())
-        module = self.ddp or self.model
         self.model.train()
-        loss_sum = nll_sum = 0.0
-        for i, batch in enumerate(group):
-            batch = batch.to(self.device)
-            sync = self.ddp is None or i == len(group) - 1
-            with contextlib.nullcontext() if sync else self.ddp.no_sync():
-                with self._autocast():
-                    logits = module(batch.src, batch.tgt_in)
-                loss, nll = label_smoothed_loss(logits, batch.tgt_out, t.label_smoothing)
-                self.scaler.scale(loss * (self.env.world / total)).backward()
-            loss_sum += float(loss.detach())
-            nll_sum += float(nll.detach())
+        pieces = list(group)
+        while True:
+            try:
+                loss_sum, nll_sum = self._forward_backward(pieces, total)
+                break
+            except Exception as e:
+                if not is_oom(e):
+                    raise
+                if self.env.world > 1:  # the other ranks wait in all-reduce: a retry here cannot match them
+                    raise NmtError(f"out of memory at update {self.state.step + 1} on rank {self.env.rank}; "
+                                   "lower train.max_tokens (and raise train.update_freq)") from None
+            # outside `except`: the traceback (and with it the failed batch's activations) is gone now
+            pieces = self._after_oom(pieces)
+            if not pieces:
+                self.skip_reason = "out of memory on every sentence"
+                return None
         self.scaler.unscale_(self.optimizer)
         gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm if t.clip_norm > 0 else math.inf)
         lr = learning_rate(self.state.step + 1, self.cfg)
@@ -418,6 +470,7 @@ class Trainer:
         finite = bool(torch.isfinite(gnorm)) and math.isfinite(loss_sum)
         if not finite and not self.scaler.is_enabled():
             self.optimizer.zero_grad(set_to_none=True)
+            self.skip_reason = "non-finite loss/gradient"
             return None
         scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
         self.scaler.step(self.optimizer)  # with fp16, skips the step itself on overflow
@@ -431,6 +484,41 @@ class Trainer:
             dist.all_reduce(stats)
         return {"loss": stats[0].item() / total, "nll": stats[1].item() / total, "lr": lr,
                 "gnorm": float(gnorm), "tokens": total}
+
+    def _forward_backward(self, pieces: list[Batch], total: float) -> tuple[float, float]:
+        """Accumulate the gradient of every piece; the loss is normalised by the update's `total` tokens."""
+        module = self.ddp or self.model
+        loss_sum = nll_sum = 0.0
+        for i, batch in enumerate(pieces):
+            self._piece = i  # which piece ran out of memory, for _after_oom
+            batch = batch.to(self.device)
+            sync = self.ddp is None or i == len(pieces) - 1
+            with contextlib.nullcontext() if sync else self.ddp.no_sync():
+                with self._autocast():
+                    logits = module(batch.src, batch.tgt_in)
+                loss, nll = label_smoothed_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing)
+                self.scaler.scale(loss * (self.env.world / total)).backward()
+            loss_sum += float(loss.detach())
+            nll_sum += float(nll.detach())
+        return loss_sum, nll_sum
+
+    def _after_oom(self, pieces: list[Batch]) -> list[Batch]:
+        """Drop the partial gradients and retry the whole update with the failed piece halved, or without it
+        when it is a single sentence. (A skipped sentence's tokens stay in the update's normaliser.)"""
+        self.optimizer.zero_grad(set_to_none=True)  # an OOM inside backward leaves some gradients half-added
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        i, step = self._piece, self.state.step + 1
+        batch = pieces[i]
+        if len(batch) > 1:
+            self.state.oom_splits += 1
+            self.report.warn(f"out of memory at update {step} on a batch of {len(batch)} sentences: "
+                             "split in two and retried")
+            return pieces[:i] + split_batch(batch) + pieces[i + 1:]
+        self.state.oom_skipped += 1
+        self.report.warn(f"out of memory at update {step} on one sentence (train example {int(batch.index[0])}, "
+                         f"{batch.n_src_tokens}+{batch.n_tgt_tokens} tokens): skipped")
+        return pieces[:i] + pieces[i + 1:]
 
     # ---- validation
     @torch.no_grad()
@@ -535,10 +623,11 @@ class Trainer:
             if stats is None:
                 self.state.bad_updates += 1
                 self.state.skipped_updates += 1
-                self.report.warn(f"non-finite loss/gradient at update {self.state.step + 1}: update skipped "
+                self.report.warn(f"{self.skip_reason} at update {self.state.step + 1}: update skipped "
                                  f"({self.state.bad_updates} in a row)")
                 if self.state.bad_updates >= t.max_bad_updates:
-                    raise NmtError(f"{self.state.bad_updates} non-finite updates in a row; stopping "
+                    what = "non-finite" if self.skip_reason.startswith("non-finite") else "skipped"
+                    raise NmtError(f"{self.state.bad_updates} {what} updates in a row; stopping "
                                    f"(last good checkpoint kept in {self.run_dir})")
                 continue
             self.state.bad_updates = 0
@@ -564,7 +653,8 @@ class Trainer:
         self.state.elapsed = base_elapsed + (time.monotonic() - started)  # final save + averaging included
         self.report.finish(self.state.step, reason)
         return {"step": self.state.step, "epoch": self.state.epoch, "stopped": reason, "best": self.state.best,
-                "skipped_updates": self.state.skipped_updates, "elapsed": self.state.elapsed}
+                "skipped_updates": self.state.skipped_updates, "oom_splits": self.state.oom_splits,
+                "oom_skipped": self.state.oom_skipped, "elapsed": self.state.elapsed}
 
 
 def train(cfg: Config, *, force: bool = False, progress: bool | None = None) -> dict[str, Any]:
@@ -580,6 +670,8 @@ def train(cfg: Config, *, force: bool = False, progress: bool | None = None) -> 
 
 def average_run(run_dir: str | Path, last: int) -> Path:
     """`nmt average`: average the last `last` step checkpoints of a run into averaged.pt."""
+    if last < 1:  # [-0:] would be every checkpoint, [-(-2):] all but the first two
+        raise NmtError(f"--last must be >= 1, got {last}")
     paths = [p for _, p in checkpoint.step_checkpoints(run_dir)][-last:]
     if not paths:
         raise NmtError(f"no checkpoint_<step>.pt files in {run_dir}")

@@ -73,7 +73,10 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise NmtError(f"--device {name} but CUDA is not available on this machine")
-    return torch.device(name)
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise NmtError(f"--device {name!r} is not a device (use auto, cpu, cuda or cuda:N)") from None
 
 
 class Translator:
@@ -204,6 +207,8 @@ def _output(path: Path | None) -> Iterator[IO[str]]:
     if path is None:
         yield sys.stdout
         return
+    if path.is_dir():
+        raise NmtError(f"output {path} is a directory")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     umask = os.umask(0)

@@ -22,7 +22,8 @@ def slice_corpus(out: Path, langs: tuple[str, ...], n: int) -> dict[str, str]:
     prefixes = {}
     for split, src in (("train", "train"), ("valid", "val"), ("test", "test2016")):
         for lang in langs:
-            lines = (MULTI30K / f"{src}.{lang}").read_text(encoding="utf-8").split("\n")[: n if split == "train" else 50]
+            keep = n if split == "train" else 50
+            lines = (MULTI30K / f"{src}.{lang}").read_text(encoding="utf-8").split("\n")[:keep]
             (out / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
         prefixes[split] = str(out / split)
     return prefixes
