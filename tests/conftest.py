@@ -51,7 +51,34 @@ def demo_run(tmp_path_factory, demo_data) -> Path:
 
     run = tmp_path_factory.mktemp("demo-run") / "run"
     cfg = tiny_config(demo_data, run, "model.d_model=64", "model.d_ff=128", "model.n_heads=4",
-                      "train.max_updates=250", "train.max_tokens=2048", "train.lr=5e-3", "train.warmup=30",
+                      "model.encoder_layers=2", "model.decoder_layers=2",
+                      "train.max_updates=400", "train.max_tokens=2048", "train.lr=5e-3", "train.warmup=30",
                       "train.save_every=50", "train.log_every=50", "train.average_last=2", "model.dropout=0")
     train(cfg, progress=False)
     return run
+
+
+# ---- long mode: `pytest --long` or NMT_LONG_TESTS=1 (more fault-injection trials and hypothesis examples)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--long", action="store_true", default=False,
+                     help="long fault-injection mode (same as NMT_LONG_TESTS=1); also runs tests marked slow")
+
+
+def pytest_configure(config):
+    import os
+
+    if config.getoption("--long"):
+        os.environ["NMT_LONG_TESTS"] = "1"  # read by test modules at import (hypothesis example counts)
+
+
+def pytest_collection_modifyitems(config, items):
+    import os
+
+    if os.environ.get("NMT_LONG_TESTS") == "1":
+        return
+    skip = pytest.mark.skip(reason="long mode only (--long or NMT_LONG_TESTS=1)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -104,7 +104,7 @@ def test_bad_dtype_quantize_and_layer_are_clear_errors(demo_run):
         Translator.from_checkpoint(demo_run / "best.pt", DecodeConfig(), dtype="fp16")
     with pytest.raises(NmtError, match="--quantize supports 'int8'"):
         Translator.from_checkpoint(demo_run / "best.pt", DecodeConfig(), quantize="int4")
-    with pytest.raises(NmtError, match="out of range: the model has 1 decoder layers"):
+    with pytest.raises(NmtError, match="out of range: the model has 2 decoder layers"):
         Translator.from_checkpoint(demo_run / "best.pt", DecodeConfig(), attention_layer=3)
 
 
