@@ -11,6 +11,8 @@ import errno
 import os
 import re
 import tempfile
+import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -77,11 +79,24 @@ def link_or_copy(src: str | Path, dst: str | Path) -> None:
         atomic_write(dst, lambda f: f.write(src.read_bytes()))
 
 
-def remove_partial_writes(directory: str | Path) -> None:
-    """Delete the temp files of writes a kill interrupted (atomic_write's and link_or_copy's `.*.tmp`)."""
-    for p in Path(directory).glob(".*.tmp"):
-        if p.is_file():
-            p.unlink(missing_ok=True)
+def remove_partial_writes(run_dir: str | Path) -> None:
+    """Delete the temp files of checkpoint/config writes a kill interrupted (atomic_write's and link_or_copy's)."""
+    for pattern in (".*.pt.*.tmp", ".config.yaml.*.tmp"):
+        for p in Path(run_dir).glob(pattern):
+            if p.is_file():
+                p.unlink(missing_ok=True)
+
+
+def _damaged_member(path: Path) -> str | None:
+    """The first record of a torch zip archive whose CRC-32 does not match (torch.load does not check them:
+    a flipped bit in the weights would load silently), or None. Non-zip files are left to torch.load."""
+    if not zipfile.is_zipfile(path):
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip()
+    except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error) as e:
+        return f"the archive ({type(e).__name__})"
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -91,6 +106,9 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
         raise CheckpointError(f"checkpoint not found: {path}")
     if path.stat().st_size == 0:
         raise CheckpointError(f"{path}: empty checkpoint file (0 bytes)")
+    damaged = _damaged_member(path)
+    if damaged is not None:
+        raise CheckpointError(f"{path}: corrupt checkpoint (checksum mismatch in {damaged})")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises many types for truncated/garbled files
@@ -125,14 +143,14 @@ def prune(run_dir: str | Path, keep_last: int) -> None:
 
 
 def newest_intact(run_dir: str | Path, warn: Callable[[str], None] = lambda _: None) -> dict[str, Any] | None:
-    """The newest loadable training checkpoint (last.pt, then step checkpoints newest first).
+    """The newest loadable training checkpoint: step checkpoints newest first, then last.pt.
 
-    Damaged candidates are reported through `warn` and skipped, so a kill during a write or a
-    corrupted file never loses the run.
+    Loading stops at the first intact one (older files are never read). Damaged candidates are
+    reported through `warn` and skipped, so a kill during a write or a corrupted file never loses
+    the run. last.pt is a hard link to the newest step checkpoint, so it is only a fallback.
     """
     run_dir = Path(run_dir)
-    candidates = [run_dir / "last.pt"] + [p for _, p in reversed(step_checkpoints(run_dir))]
-    best: dict[str, Any] | None = None
+    candidates = [p for _, p in reversed(step_checkpoints(run_dir))] + [run_dir / "last.pt"]
     for p in candidates:
         if not p.exists():
             continue
@@ -141,12 +159,10 @@ def newest_intact(run_dir: str | Path, warn: Callable[[str], None] = lambda _: N
         except CheckpointError as e:
             warn(f"{e}; trying an older checkpoint")
             continue
-        if "train_state" not in state:
-            continue
-        if best is None or state["train_state"]["step"] > best["train_state"]["step"]:
-            best = state
-            best["_path"] = str(p)
-    return best
+        if "train_state" in state:
+            state["_path"] = str(p)
+            return state
+    return None
 
 
 def average(paths: list[Path]) -> dict[str, Any]:

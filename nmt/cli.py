@@ -37,6 +37,12 @@ def _err(message: str) -> None:
     typer.echo(f"error: {message}", err=True)
 
 
+def _os_error(e: OSError) -> str:
+    where = " -> ".join(str(f) for f in (e.filename, e.filename2) if f is not None)
+    reason = " ".join(str(e.strerror or e).split())
+    return f"{reason}: {where}" if where else reason
+
+
 def user_errors(fn: F) -> F:
     """Turn user mistakes into one line on stderr and exit 1 (no traceback)."""
 
@@ -53,6 +59,9 @@ def user_errors(fn: F) -> F:
         except BrokenPipeError:  # e.g. `nmt translate | head`
             sys.stderr.close()
             raise typer.Exit(0) from None
+        except OSError as e:  # a full disk, a missing permission, a directory where a file goes: the machine's state
+            _err(_os_error(e))
+            raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -123,10 +132,16 @@ def train(
     from nmt.train import train as run_train
 
     cfg = _config(config, overrides, **{"data.dir": data_dir, "train.run_dir": run_dir})
-    summary = run_train(cfg, force=force, progress=progress)
+    try:
+        summary = run_train(cfg, force=force, progress=progress)
+    except BrokenPipeError:  # `nmt train 2>&1 | head`: the log reader left and the run stopped unfinished
+        raise typer.Exit(141) from None  # 128 + SIGPIPE, as a shell reports it; never 0 (= finished)
     best = f", best {cfg.train.best_metric} {summary['best']:.2f}" if summary["best"] is not None else ""
-    typer.echo(f"done: {summary['step']} updates in {summary['elapsed'] / 60:.1f} min{best}; "
-               f"checkpoints in {cfg.train.run_dir}", err=True)
+    skipped = [f"{summary[key]} {what}" for key, what in (
+        ("skipped_updates", "updates skipped"), ("oom_splits", "out-of-memory batch splits"),
+        ("oom_skipped", "sentences skipped for memory")) if summary.get(key)]
+    typer.echo(f"done: {summary['step']} updates in {summary['elapsed'] / 60:.1f} min{best}"
+               f"{''.join(', ' + x for x in skipped)}; checkpoints in {cfg.train.run_dir}", err=True)
 
 
 @app.command()

@@ -115,6 +115,20 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh)), weights
 
 
+class Dropout(nn.Dropout):
+    """nn.Dropout with a faster path for float32 on CPU: zero each element with probability p, scale the
+    rest by 1/(1-p). There, nn.Dropout's `bernoulli_` mask costs about twice as much as comparing
+    `rand_like` against p, which draws the same mask distribution (dropout forward+backward 1.5-1.7x
+    faster, a training update of configs/tiny.yaml ~2% faster). Elsewhere - CUDA has a fused kernel,
+    and low-precision uniforms would bias the mask - and in eval it is plain nn.Dropout."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or x.device.type != "cpu" or x.dtype != torch.float32 or not 0.0 < self.p < 1.0:
+            return super().forward(x)
+        keep = torch.rand_like(x).ge_(self.p).mul_(1.0 / (1.0 - self.p))
+        return x * keep
+
+
 class FeedForward(nn.Module):
     """FFN(x) = max(0, x W1 + b1) W2 + b2  (§3.3), with dropout on the hidden activation."""
 
@@ -122,7 +136,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w1 = nn.Linear(d_model, d_ff)
         self.w2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(activation_dropout)
+        self.dropout = Dropout(activation_dropout)
         xavier_(self.w1)
         xavier_(self.w2)
 
@@ -137,7 +151,7 @@ class _Residual(nn.Module):
     def __init__(self, pre_norm: bool, dropout: float):
         super().__init__()
         self.pre_norm = pre_norm
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def _in(self, x: Tensor, norm: nn.LayerNorm) -> Tensor:
         return norm(x) if self.pre_norm else x
@@ -317,7 +331,7 @@ class Transformer(nn.Module):
         self.shares_src_embedding = share_all_embeddings and src_vocab_size == tgt_vocab_size
         self.src_embed = self.tgt_embed if self.shares_src_embedding else self._embedding(src_vocab_size)
         self.register_buffer("positions", sinusoidal_positions(max_positions, d_model), persistent=False)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         layer_args = (d_model, n_heads, d_ff, dropout, attention_dropout, activation_dropout, pre_norm)
         self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(decoder_layers))

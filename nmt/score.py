@@ -21,6 +21,9 @@ _METRICS: dict[str, Callable[[str | None, bool], Any]] = {
     "ter": lambda tok, lc: TER(),
 }
 METRIC_NAMES = tuple(_METRICS)
+# TER's shift search grows about cubically with sentence length (1,000 words: ~15 s; 20,000: hours), so a
+# line longer than this is refused rather than left to look like a hang.
+TER_MAX_WORDS = 1000
 
 
 def _one_line(exc: BaseException) -> str:
@@ -125,6 +128,8 @@ def score(
     hyps, refs = list(hyps), [list(r) for r in refs]
     if not hyps:  # one empty line scores like an empty corpus (0 BLEU/chrF, 0 edits) and yields a signature
         hyps, refs = [""], [[""] for _ in refs]
+    if "ter" in names:
+        _check_ter_lengths(hyps, refs, given)
     if tokenize is not None and tokenize not in BLEU.TOKENIZERS:
         raise NmtError(f"unknown BLEU tokenizer {tokenize!r} (valid: {', '.join(BLEU.TOKENIZERS)})")
     out: dict[str, dict[str, Any]] = {}
@@ -142,6 +147,16 @@ def score(
             **_details(result),
         }
     return out
+
+
+def _check_ter_lengths(hyps: list[str], refs: list[list[str]], ref_names: list[str]) -> None:
+    names = ["hypothesis"] + [ref_names[k] if k < len(ref_names) else f"reference #{k + 1}" for k in range(len(refs))]
+    for name, lines in zip(names, [hyps, *refs]):
+        for number, line in enumerate(lines, 1):
+            words = len(line.split())
+            if words > TER_MAX_WORDS:
+                raise NmtError(f"{name}: line {number} has {words:,} words; TER cannot score lines over "
+                               f"{TER_MAX_WORDS:,} words in reasonable time (use --metrics bleu,chrf)")
 
 
 def score_files(

@@ -29,7 +29,7 @@ import yaml
 from nmt import checkpoint
 from nmt.batching import Batch, TokenBatchSampler, collate
 from nmt.config import Config, config_from_dict
-from nmt.errors import NmtError
+from nmt.errors import ConfigError, NmtError
 from nmt.log import Reporter
 from nmt.model import Transformer
 from nmt.prepare import load_split, read_meta
@@ -46,14 +46,13 @@ def label_smoothed_loss(
     Smoothing spreads `epsilon` uniformly over the vocabulary (Szegedy et al. 2016, as in the
     paper): loss = (1 - eps) * nll + eps * mean_v(-log p_v).
     """
-    lprobs = F.log_softmax(logits.float(), dim=-1).view(-1, logits.size(-1))
+    vocab = logits.size(-1)
+    lprobs = F.log_softmax(logits.float(), dim=-1).view(-1, vocab)
     target = target.reshape(-1)
-    keep = target != pad
-    lprobs, target = lprobs[keep], target[keep]
-    nll = -lprobs.gather(1, target.unsqueeze(1)).squeeze(1)
-    smooth = -lprobs.mean(dim=-1)
-    loss = (1.0 - epsilon) * nll + epsilon * smooth
-    return loss.sum(), nll.sum()
+    # masks instead of boolean indexing: no [tokens, vocab] copies in forward or backward
+    nll = F.nll_loss(lprobs, target, ignore_index=pad, reduction="sum")
+    smooth = -(lprobs.sum(dim=-1) * (target != pad)).sum() / vocab
+    return (1.0 - epsilon) * nll + epsilon * smooth, nll
 
 
 def learning_rate(step: int, cfg: Config) -> float:
@@ -95,6 +94,23 @@ def split_batch(batch: Batch) -> list[Batch]:
     return pieces
 
 
+def check_train_settings(cfg: Config) -> None:
+    """Ranges of train.* values that config.validate lets through but torch/numpy reject with a traceback."""
+    t = cfg.train
+    numbers = all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in t.betas)
+    checks = [
+        (0 <= t.seed < 2**32, f"train.seed must be in [0, 2**32), got {t.seed}"),
+        (numbers and all(0 <= b < 1 for b in t.betas), f"train.betas must be two numbers in [0, 1), got {t.betas}"),
+        (t.eps >= 0, f"train.eps must be >= 0, got {t.eps}"),
+        (t.weight_decay >= 0, f"train.weight_decay must be >= 0, got {t.weight_decay}"),
+        (math.isfinite(t.lr), f"train.lr must be finite, got {t.lr}"),
+        (0 <= t.warmup_init_lr < math.inf, f"train.warmup_init_lr must be finite and >= 0, got {t.warmup_init_lr}"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+
+
 # --------------------------------------------------------------------------- environment
 
 
@@ -128,7 +144,9 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise NmtError(f"train.device={name!r} is not a device (use auto, cpu, cuda or cuda:N)") from None
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise NmtError(f"train.device={name!r} is not a device (use auto, cpu, cuda or cuda:N)")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", local_rank)
     return device
@@ -256,6 +274,7 @@ def clear_run_dir(run_dir: Path) -> None:
 
 class Trainer:
     def __init__(self, cfg: Config, *, force: bool = False, progress: bool | None = None):
+        check_train_settings(cfg)
         self.cfg = cfg
         self.force = force
         t = cfg.train
@@ -302,6 +321,7 @@ class Trainer:
         self.dtype = amp_dtype(t.amp, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.dtype == torch.float16)
         lens = self.train_data.with_format("numpy", columns=["src_len", "tgt_len"])[:]
+        self._check_positions(lens)
         self.sampler = TokenBatchSampler(
             lens["src_len"], lens["tgt_len"], t.max_tokens, shuffle=True, seed=t.seed,
             num_replicas=self.env.world, rank=self.env.rank,
@@ -311,7 +331,12 @@ class Trainer:
         if self.env.main:
             checkpoint.remove_partial_writes(self.run_dir)  # left by a kill during a save; we hold the lock
         damaged: list[str] = []
-        resumed = checkpoint.newest_intact(self.run_dir, warn=lambda m: (damaged.append(m), self.report.warn(m)))
+
+        def warn(message: str) -> None:
+            damaged.append(message)
+            self.report.warn(message)
+
+        resumed = checkpoint.newest_intact(self.run_dir, warn=warn)
         if resumed is None and damaged:
             # starting over would mix new checkpoints with the damaged ones (prune, average): the user decides
             if not self.force:
@@ -335,6 +360,18 @@ class Trainer:
         self.save_seconds = 0.05 + n_bytes / 100e6
         self.valid_seconds = 0.0
         self.saved_step = self.state.step if resumed is not None else -1
+
+    def _check_positions(self, train_lens: dict[str, np.ndarray]) -> None:
+        """Every sentence (+ EOS/BOS) must fit model.max_positions: else the first long batch would crash."""
+        splits = {"training": train_lens}
+        if self.valid_data is not None and len(self.valid_data):
+            splits["validation"] = self.valid_data.with_format("numpy", columns=["src_len", "tgt_len"])[:]
+        for name, lens in splits.items():
+            longest = int(max(lens["src_len"].max(initial=0), lens["tgt_len"].max(initial=0))) + 1
+            if longest > self.cfg.model.max_positions:
+                raise ConfigError(f"model.max_positions={self.cfg.model.max_positions} but the longest {name} "
+                                  f"sentence needs {longest} positions; raise it (or prepare with a lower "
+                                  "data.max_len)")
 
     def _restore(self, state: dict[str, Any]) -> None:
         vocab, langs = state["vocab"], (self.meta["src_lang"], self.meta["tgt_lang"])

@@ -74,9 +74,12 @@ def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise NmtError(f"--device {name} but CUDA is not available on this machine")
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError:
-        raise NmtError(f"--device {name!r} is not a device (use auto, cpu, cuda or cuda:N)") from None
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise NmtError(f"--device {name!r} is not a device (use auto, cpu, cuda or cuda:N)")
+    return device
 
 
 class Translator:
