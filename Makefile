@@ -4,6 +4,7 @@ PIP := $(PYTHON) -m pip
 MULTI30K ?= ../shared/data/multi30k
 SRC ?= en
 TGT ?= de
+TRAIN_ARGS ?=
 STAMP := .install.stamp
 
 .PHONY: install demo test lint bench-prepare bench-train bench-translate multi30k clean
@@ -49,7 +50,7 @@ multi30k: $(STAMP)
 	@t=$$(date +%s); $(PYTHON) -m nmt prepare --config configs/multi30k.yaml --train $(MULTI30K)/train \
 	  --valid $(MULTI30K)/val --test $(MULTI30K)/test2016 --src-lang $(SRC) --tgt-lang $(TGT) --data-dir $(M30_DATA) \
 	  && echo "[time] prepare: $$(( $$(date +%s) - t )) s"
-	@t=$$(date +%s); $(PYTHON) -m nmt train --config configs/multi30k.yaml --data-dir $(M30_DATA) --run-dir $(M30_RUN) \
+	@t=$$(date +%s); $(PYTHON) -m nmt train --config configs/multi30k.yaml --data-dir $(M30_DATA) --run-dir $(M30_RUN) $(TRAIN_ARGS) \
 	  && echo "[time] train: $$(( $$(date +%s) - t )) s"
 	@t=$$(date +%s); $(PYTHON) -m nmt translate --config configs/multi30k.yaml --checkpoint $(M30_RUN)/averaged.pt \
 	  --input $(MULTI30K)/test2016.$(SRC) --output $(M30_RUN)/test2016.hyp.$(TGT) \

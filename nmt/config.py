@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
@@ -265,6 +266,17 @@ def validate(cfg: Config) -> None:
         (1 <= cfg.decode.nbest <= cfg.decode.beam, "decode.nbest must be between 1 and decode.beam"),
         (cfg.decode.max_tokens > 0 and cfg.decode.chunk_lines > 0, "decode.max_tokens/chunk_lines must be > 0"),
         (cfg.decode.max_input_tokens > 0, "decode.max_input_tokens must be > 0"),
+    ]
+    t = cfg.train
+    checks += [  # values torch/numpy/SentencePiece would reject with a traceback
+        (0 <= cfg.data.seed < 2**32, f"data.seed must be in [0, 2**32), got {cfg.data.seed}"),
+        (0 <= t.seed < 2**32, f"train.seed must be in [0, 2**32), got {t.seed}"),
+        (all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in t.betas),
+         f"train.betas must be two numbers in [0, 1), got {t.betas}"),
+        (t.eps >= 0, f"train.eps must be >= 0, got {t.eps}"),
+        (t.weight_decay >= 0, f"train.weight_decay must be >= 0, got {t.weight_decay}"),
+        (math.isfinite(t.lr), f"train.lr must be finite, got {t.lr}"),
+        (0 <= t.warmup_init_lr < math.inf, f"train.warmup_init_lr must be finite and >= 0, got {t.warmup_init_lr}"),
     ]
     for ok, message in checks:
         if not ok:

@@ -135,8 +135,6 @@ def _check_config(cfg: DataConfig) -> None:
         raise NmtError("data.spm_type must be 'bpe' or 'unigram'")
     if cfg.num_proc < 1 or cfg.spm_sample < 1 or cfg.max_len < 1:
         raise NmtError("data.num_proc, data.spm_sample and data.max_len must be >= 1")
-    if not 0 <= cfg.seed < 2**32:  # SentencePiece takes an unsigned 32-bit seed
-        raise NmtError(f"data.seed must be in [0, 2**32), got {cfg.seed}")
 
 
 def _split_specs(cfg: DataConfig) -> dict[str, str]:

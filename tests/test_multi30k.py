@@ -51,5 +51,5 @@ def test_recipe_runs_in_every_direction_by_changing_languages_only(tmp_path, src
 
 def test_recipe_is_the_small_data_transformer():
     cfg = load_config(CONFIG)
-    assert (cfg.model.d_model, cfg.model.encoder_layers, cfg.model.d_ff, cfg.model.dropout) == (128, 4, 256, 0.3)
+    assert (cfg.model.d_model, cfg.model.encoder_layers, cfg.model.d_ff, cfg.model.dropout) == (128, 4, 256, 0.2)
     assert cfg.train.max_minutes == 60 and cfg.train.average_last == 5 and cfg.decode.beam == 5

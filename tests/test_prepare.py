@@ -5,6 +5,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from nmt.config import DataConfig
@@ -227,6 +228,20 @@ def test_multi30k_en_de(tmp_path):
     assert meta["src_vocab_size"] == 8000
     assert _lines(tmp_path / "data" / "test.de") == [
         line.strip() for line in _lines(MULTI30K / "test2016.de")]
+    # token-budget batches of the kept pairs cover each exactly once per epoch
+    from nmt.batching import TokenBatchSampler
+
+    train = load_split(cfg.dir, "train")
+    sampler = TokenBatchSampler.from_dataset(train, 4096, seed=1)
+    lens = train.with_format("numpy", columns=["src_len", "tgt_len"])[:]
+    for epoch in (1, 2):
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        seen = np.concatenate(batches)
+        assert len(seen) == meta["filters"]["kept"] == len(train) and len(np.unique(seen)) == len(seen)
+        for b in batches:
+            longest = max(lens["src_len"][b].max(), lens["tgt_len"][b].max()) + 1
+            assert len(b) * longest <= 4096 or len(b) == 1
 
 
 def test_empty_valid_split(raw, tmp_path):
