@@ -8,6 +8,7 @@ them alike. Medians over the repeats are reported, and ratios are what to compar
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -73,24 +74,64 @@ def random_batch(batch: int, min_len: int, max_len: int, vocab: int, seed: int) 
     return ids.masked_fill(pos[None] > lengths[:, None], PAD)
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
 def interleaved(contestants: dict[str, Callable[[], object]], repeats: int, warmup: int = 1,
-                progress: bool = True) -> dict[str, list[float]]:
+                progress: bool = True, clock: str = "wall") -> dict[str, list[float]]:
     """Seconds per call of each contestant: `warmup` untimed rounds, then `repeats` timed rounds; each
-    round calls every contestant once, the order reversed every other round."""
+    round calls every contestant once, the order reversed every other round.
+
+    clock "wall" is elapsed time; "cpu" is the CPU time of this process (all its threads), which other
+    processes' load disturbs far less - but with several threads it also counts their spin-waiting,
+    so use it with --threads 1."""
     names = list(contestants)
     times: dict[str, list[float]] = {n: [] for n in names}
+    now = CLOCKS[clock]
     for r in range(warmup + repeats):
         order = names if r % 2 == 0 else names[::-1]
         for name in order:
-            start = time.perf_counter()
+            start = now()
             contestants[name]()
-            elapsed = time.perf_counter() - start
+            elapsed = now() - start
             if r >= warmup:
                 times[name].append(elapsed)
         if progress:
             done = ", ".join(f"{n} {times[n][-1]:.3f}s" for n in names if times[n]) if r >= warmup else "warm-up"
             print(f"  round {r + 1}/{warmup + repeats}: {done}", file=sys.stderr, flush=True)
     return times
+
+
+class OtherLoad:
+    """Share of the machine's CPU time that other processes used while the block ran (from /proc/stat
+    minus this process's own CPU time; Linux only, else None). On a shared machine, look at this before
+    trusting a run: the interleaving evens out load across contestants, but heavy load still skews."""
+
+    def __enter__(self) -> OtherLoad:
+        self.start, self.share = self._sample(), None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        end = self._sample()
+        if self.start is None or end is None:
+            return
+        (busy0, total0, own0), (busy1, total1, own1) = self.start, end
+        if total1 > total0:
+            ticks = os.sysconf("SC_CLK_TCK")
+            self.share = max(0.0, (busy1 - busy0 - (own1 - own0) * ticks) / (total1 - total0))
+
+    @staticmethod
+    def _sample() -> tuple[int, int, float] | None:
+        try:
+            with open("/proc/stat") as f:
+                values = list(map(int, f.readline().split()[1:]))
+        except (OSError, ValueError):
+            return None
+        idle = values[3] + values[4]
+        return sum(values) - idle, sum(values), time.process_time()
+
+    def __str__(self) -> str:
+        return "unknown" if self.share is None else f"{100 * self.share:.0f}%"
 
 
 def median(xs: list[float]) -> float:

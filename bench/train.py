@@ -4,6 +4,7 @@ Usage (from the repository root):
 
     python bench/train.py                                  # tiny and base, 4096-token batches
     python bench/train.py --configs tiny --steps 10 --threads 2 --max-tokens 4096
+    python bench/train.py --threads 1 --clock cpu        # CPU-time clock: steadier on a busy shared machine
 
 One update = forward, label-smoothed loss (`nmt.train.label_smoothed_loss`, epsilon 0.1), backward of
 loss / target tokens, and an Adam step (betas 0.9/0.98, eps 1e-9, as configs/base.yaml), both models in
@@ -13,7 +14,8 @@ source 21..30 tokens + EOS, target 22..31 tokens (+BOS in, +EOS out), right-padd
 loss comes from its logits through the same function, so the work is equal. Weights are random;
 vocabulary `--vocab` shared by source, target and output layer in both.
 
-Updates run interleaved (ours, Marian, Marian, ours, ...) after a warm-up; the medians are reported.
+Updates run interleaved (ours, Marian, Marian, ours, ...) after a warm-up; the medians are reported, with
+the median of per-round ratios in brackets and how much CPU other processes took meanwhile.
 Goal: ratio ours/Marian >= 1.0.
 """
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from common import BOS, PAD, interleaved, marian, median, model_config, ours, random_batch, table
+from common import BOS, PAD, OtherLoad, interleaved, marian, median, model_config, ours, random_batch, table
 
 from nmt.train import label_smoothed_loss
 
@@ -68,9 +70,10 @@ def bench(name: str, args) -> list[str]:
     print(f"{name}: d_model {cfg.d_model}, heads {cfg.n_heads}, d_ff {cfg.d_ff}, layers "
           f"{cfg.encoder_layers}+{cfg.decoder_layers}, pre_norm {cfg.pre_norm}, batch {tuple(batch['src'].shape)} "
           f"-> {tuple(batch['tgt_in'].shape)}, {batch['ntok']} target tokens", flush=True)
-    times = interleaved(contestants, args.steps, args.warmup)
+    times = interleaved(contestants, args.steps, args.warmup, clock=args.clock)
     ours_tps, marian_tps = (batch["ntok"] / median(times[k]) for k in ("ours", "marian"))
-    return [name, f"{ours_tps:,.0f}", f"{marian_tps:,.0f}", f"{ours_tps / marian_tps:.2f}"]
+    paired = median([m / o for o, m in zip(times["ours"], times["marian"], strict=True)])
+    return [name, f"{ours_tps:,.0f}", f"{marian_tps:,.0f}", f"{ours_tps / marian_tps:.2f} ({paired:.2f})"]
 
 
 def main() -> None:
@@ -79,14 +82,18 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=6, help="timed updates per model")
     p.add_argument("--warmup", type=int, default=1, help="untimed updates per model first")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="wall: elapsed time; cpu: this process's CPU time (robust to other load; use --threads 1)")
     p.add_argument("--max-tokens", type=int, default=4096, help="padded target tokens per batch (rows x 32)")
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--label-smoothing", type=float, default=0.1)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    rows = [bench(name, args) for name in args.configs.split(",")]
+    with OtherLoad() as load:
+        rows = [bench(name, args) for name in args.configs.split(",")]
     print(f"\ntraining update, target tokens/s (median of {args.steps}, {args.threads} threads, "
-          f"torch {torch.__version__})")
+          f"torch {torch.__version__}, other processes' CPU share during the run: {load}); "
+          f"in brackets: median of per-round ratios")
     print(table(["config", "ours tok/s", "marian tok/s", "ours/marian"], rows))
 
 

@@ -4,6 +4,7 @@ Usage (from the repository root):
 
     python bench/translate.py                                   # tiny and base, batch 32 and 1
     python bench/translate.py --configs tiny --batches 32 --repeats 7 --length 25 --threads 2
+    python bench/translate.py --threads 1 --clock cpu   # CPU-time clock: steadier on a busy shared machine
 
 For each config a model of that shape gets random weights: ours (`nmt.search.beam_search` over
 `nmt.model.Transformer`, eval, inference_mode), HF `MarianMTModel.generate()` (SDPA attention, KV cache),
@@ -19,9 +20,10 @@ three do the same `--length` + 1 decoder steps over batch x 4 rows:
   - CT2:   min_decoding_length = max_decoding_length = L + 1: CT2 stops at its maximum without an EOS
            step, so this makes its L + 1 decoder steps too (it returns L + 1 tokens; L are counted).
 
-The script checks that every system returned the expected number of tokens per sentence. Reported: generated tokens/s
-(batch x L per call, EOS not counted) and sentences/s, medians over interleaved repeats, and the ratios
-ours/HF and ours/CT2. Goal: ours >= 2x HF generate() at batch 32 on tiny and base.
+The script checks that every system returned the expected number of tokens per sentence. Reported:
+generated tokens/s (batch x L per call, EOS not counted) and sentences/s, medians over interleaved repeats,
+the ratios ours/HF and ours/CT2, and how much CPU other processes took meanwhile. CT2 runs in this process
+on its own thread pool (intra_threads = --threads). Goal: ours >= 2x HF generate() at batch 32.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import sys
 import tempfile
 
 import torch
-from common import BOS, EOS, PAD, interleaved, marian, median, model_config, ours, random_batch, table
+from common import BOS, EOS, PAD, OtherLoad, interleaved, marian, median, model_config, ours, random_batch, table
 
 from nmt.search import beam_search
 
@@ -157,7 +159,7 @@ def bench(name: str, args, workdir: str) -> list[list[str]]:
                 raise SystemExit(f"{label}: hypotheses do not all have {args.length} tokens; the work is not equal")
         print(f"{name}, batch {batch}: d_model {cfg.d_model}, layers {cfg.encoder_layers}+{cfg.decoder_layers}, "
               f"src {tuple(src.shape)}, beam {BEAM}, {args.length} tokens per hypothesis", flush=True)
-        times = interleaved({k: v[0] for k, v in fns.items()}, args.repeats, args.warmup)
+        times = interleaved({k: v[0] for k, v in fns.items()}, args.repeats, args.warmup, clock=args.clock)
         sec = {k: median(v) for k, v in times.items()}
         # Paired ratio: each round's ours vs the peer's time from the same round, median over rounds.
         paired = {k: median([p / o for o, p in zip(times["ours"], times[k], strict=True)]) for k in times}
@@ -178,15 +180,17 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5, help="timed calls per system")
     p.add_argument("--warmup", type=int, default=1, help="untimed calls per system first")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="wall: elapsed time; cpu: this process's CPU time (robust to other load; use --threads 1)")
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--no-ct2", action="store_true", help="skip CTranslate2 even if installed")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    with tempfile.TemporaryDirectory() as workdir:
+    with tempfile.TemporaryDirectory() as workdir, OtherLoad() as load:
         rows = [row for name in args.configs.split(",") for row in bench(name, args, workdir)]
     print(f"\nbeam {BEAM} decoding, {args.length} tokens per sentence (median of {args.repeats}, "
-          f"{args.threads} threads, torch {torch.__version__}); ratio = ours speed / peer speed "
-          f"(in brackets: median of per-round ratios)")
+          f"{args.threads} threads, {args.clock} clock, torch {torch.__version__}, other processes' CPU share "
+          f"during the run: {load}); ratio = ours speed / peer speed (in brackets: median of per-round ratios)")
     print(table(["config", "batch", "ours tok/s", "ours sent/s", "hf tok/s", "hf sent/s", "ct2 tok/s",
                  "ct2 sent/s", "ours/hf", "ours/ct2"], rows))
 

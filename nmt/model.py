@@ -82,20 +82,23 @@ class MultiHeadAttention(nn.Module):
         xavier_(self.out_proj)
 
     def _split_heads(self, x: Tensor, n: int) -> tuple[Tensor, ...]:
-        """[B, T, n*D] -> n tensors [B, H, T, Dh]."""
+        """[B, T, n*D] -> n tensors [B, H, T, Dh]. Unbinding the n axis in place (not moved to the front)
+        lets backward stack the n gradients straight into the [B, T, n*D] layout: one copy, not two."""
         B, T, _ = x.shape
-        return x.view(B, T, n, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4).unbind(0)
+        return tuple(part.transpose(1, 2) for part in x.view(B, T, n, self.n_heads, self.d_head).unbind(2))
 
     def qkv(self, x: Tensor) -> tuple[Tensor, ...]:
-        return self.qkv_stacked(x).unbind(0)
+        return self._split_heads(self.qkv_proj(x), 3)
 
     def qkv_stacked(self, x: Tensor) -> Tensor:
-        """[B, T, D] -> Q, K, V heads as one view [3, B, H, T, Dh] of the fused projection."""
+        """[B, T, D] -> Q, K, V heads as one view [3, B, H, T, Dh] of the fused projection (for decoding,
+        which writes K and V into the cache in one copy)."""
         B, T, _ = x.shape
         return self.qkv_proj(x).view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
 
     def q(self, x: Tensor) -> Tensor:
-        return self._split_heads(self.q_proj(x), 1)[0]
+        B, T, _ = x.shape
+        return self.q_proj(x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)
 
     def kv(self, memory: Tensor) -> tuple[Tensor, ...]:
         return self._split_heads(self.kv_proj(memory), 2)
@@ -233,8 +236,8 @@ class DecoderCache:
                  computed once in `init_cache`; one copy per group of rows (see `group`).
     memory_mask: [N / group, 1, 1, S] bool, True where the source token is real (SDPA convention).
     self_kv:     [L, 2, N, H, capacity, Dh] keys/values of target positions 0..step-1. The capacity
-                 starts small and doubles (up to the `max_len` hint, further only if needed), so memory
-                 follows the length actually decoded.
+                 grows (doubling, up to the `max_len` hint, further only if needed) so that memory follows
+                 the length actually decoded; see `Transformer.init_cache` for where it starts.
     max_len:     expected number of steps.
     step:        positions decoded so far = position of the next token.
     group:       rows n*group .. n*group+group-1 all belong to source row n of cross_kv. Beam search keeps

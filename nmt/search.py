@@ -154,7 +154,7 @@ def beam_search(model, src: Tensor, *, beam: int = 4, length_penalty: float = 0.
         N, R = sent.numel(), 1 if t == 0 else K  # active slots, rows per slot
         logits, step_attn = model.decode_step(tokens, cache, need_attention)
         at_limit = t >= limit[sent]
-        lprobs = _next_token_lprobs(logits, at_limit.repeat_interleave(R) if R > 1 else at_limit, bos, eos, pad)
+        lprobs = _next_token_lprobs(logits, at_limit.repeat_interleave(R), bos, eos, pad)
         V = lprobs.size(-1)
         candidates = lprobs.add_(scores[:, None]).view(N, R * V)
         if R * V < 2 * K:  # tiny vocabulary: fill up with impossible candidates
