@@ -37,10 +37,15 @@ def texts(t: Translator, lines: list[str]) -> list[str]:
 def test_the_demo_model_translates_and_beam_is_not_worse_than_greedy(translator, demo_data):
     src = (demo_data / "test.en").read_text(encoding="utf-8").splitlines()
     ref = (demo_data / "test.de").read_text(encoding="utf-8").splitlines()
-    beam = corpus_bleu(texts(translator, src), [ref])
-    greedy = corpus_bleu(texts(with_decode(translator, beam=1), src), [ref])
+    beam_out, greedy_out = list(translator.stream(src)), list(with_decode(translator, beam=1).stream(src))
+    beam = corpus_bleu([r.text[0] for r in beam_out], [ref])
+    greedy = corpus_bleu([r.text[0] for r in greedy_out], [ref])
     assert greedy > 15, "the fixture model should have learned something"
-    assert beam >= greedy - 0.5
+    # beam search finds translations the model scores higher; on 100 sentences BLEU may move either way
+    # by a point or two, so BLEU is only required not to collapse
+    mean = lambda results: sum(r.hypotheses[0].score for r in results) / len(results)  # noqa: E731
+    assert mean(beam_out) >= mean(greedy_out)
+    assert beam >= greedy - 2.5
 
 
 def test_one_output_line_per_input_line_in_order(translator):
