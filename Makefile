@@ -27,7 +27,7 @@ demo: $(STAMP)
 	@head -n 5 data/demo/test.en | $(PYTHON) -m nmt translate --config configs/tiny.yaml
 
 test: $(STAMP)
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest
 
 lint: $(STAMP)
 	$(PYTHON) -m ruff check nmt tests bench
