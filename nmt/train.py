@@ -29,6 +29,7 @@ import yaml
 from nmt import checkpoint
 from nmt.batching import Batch, TokenBatchSampler, collate
 from nmt.config import Config, config_from_dict
+from nmt.device import pick_device
 from nmt.errors import ConfigError, NmtError
 from nmt.log import Reporter
 from nmt.model import Transformer
@@ -117,22 +118,6 @@ def init_distributed(device: torch.device) -> DistEnv:
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return env
-
-
-def pick_device(name: str, local_rank: int = 0) -> torch.device:
-    if name == "auto":
-        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise NmtError(f"train.device={name} but CUDA is not available on this machine")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        device = None
-    if device is None or device.type not in ("cpu", "cuda"):
-        raise NmtError(f"train.device={name!r} is not a device (use auto, cpu, cuda or cuda:N)")
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", local_rank)
-    return device
 
 
 def amp_dtype(amp: str, device: torch.device) -> torch.dtype | None:
@@ -262,7 +247,7 @@ class Trainer:
         t = cfg.train
         if t.threads > 0:
             torch.set_num_threads(t.threads)
-        self.device = pick_device(t.device, int(os.environ.get("LOCAL_RANK", "0")))
+        self.device = pick_device(t.device, "train.device", int(os.environ.get("LOCAL_RANK", "0")))
         self.env = init_distributed(self.device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)

@@ -21,6 +21,7 @@ import torch
 from nmt import checkpoint
 from nmt.batching import TokenBatchSampler, collate
 from nmt.config import Config, DecodeConfig, config_from_dict
+from nmt.device import pick_device
 from nmt.errors import CheckpointError, NmtError
 from nmt.log import console
 from nmt.model import Transformer
@@ -68,20 +69,6 @@ def load_model(state: dict[str, Any], device: torch.device, dtype: torch.dtype) 
     return model.to(device=device, dtype=dtype).eval()
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise NmtError(f"--device {name} but CUDA is not available on this machine")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        device = None
-    if device is None or device.type not in ("cpu", "cuda"):
-        raise NmtError(f"--device {name!r} is not a device (use auto, cpu, cuda or cuda:N)")
-    return device
-
-
 class Translator:
     """A loaded model + tokenizer + search settings."""
 
@@ -89,7 +76,7 @@ class Translator:
                  dtype: str = "fp32", quantize: str | None = None, attention_layer: int = -1):
         if dtype not in DTYPES:
             raise NmtError(f"--dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
-        self.device = resolve_device(device)
+        self.device = pick_device(device, "--device")
         if dtype == "fp16" and self.device.type != "cuda":
             raise NmtError("--dtype fp16 needs a CUDA device (use bf16 or fp32 on CPU)")
         self.decode = decode
