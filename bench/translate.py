@@ -24,6 +24,14 @@ The script checks that every system returned the expected number of tokens per s
 generated tokens/s (batch x L per call, EOS not counted) and sentences/s, medians over interleaved repeats,
 the ratios ours/HF and ours/CT2, and how much CPU other processes took meanwhile. CT2 runs in this process
 on its own thread pool (intra_threads = --threads). Goal: ours >= 2x HF generate() at batch 32.
+
+--dtype bf16 runs ours and HF with bfloat16 weights and activations (on CPUs with AVX512-BF16/AMX, oneDNN's
+bf16 matrix multiplies are several times faster than fp32); CTranslate2 has no bf16 on CPU and is left out.
+
+--profile adds, from one extra untimed call of ours and of HF under torch.profiler, the share of their
+time spent in matrix multiplies (aten::addmm/mm/bmm/linear and oneDNN linear kernels, self time). Both do
+the same multiplies, so HF's total / HF's multiply time bounds the ratio any implementation could reach
+against HF with those multiplies: the "ceiling" column.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from common import BOS, EOS, PAD, OtherLoad, interleaved, marian, median, model_
 from nmt.search import beam_search
 
 BEAM, ALPHA = 4, 0.6
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 class FixedLength:
@@ -135,6 +144,21 @@ def ct2_fn(ct2, src, length):
     return run, check
 
 
+GEMM_OPS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::linear", "aten::matmul", "mkldnn::_linear_pointwise")
+
+
+def gemm_share(run) -> float:
+    """Fraction of a call's CPU self time spent in matrix-multiply operators (one profiled call)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    gemm = sum(e.self_cpu_time_total for e in events if e.key in GEMM_OPS)
+    return gemm / total if total else float("nan")
+
+
 def sources(batch: int, vocab: int) -> torch.Tensor:
     if batch == 1:
         return random_batch(1, 20, 20, vocab - 1, seed=3)
@@ -143,10 +167,12 @@ def sources(batch: int, vocab: int) -> torch.Tensor:
 
 def bench(name: str, args, workdir: str) -> list[list[str]]:
     cfg = model_config(name)
-    ours_model = ours(cfg, args.vocab).eval()
-    hf_model = marian(cfg, args.vocab).eval()
-    ct2 = None if args.no_ct2 else ct2_translator(hf_model, args.threads, f"{workdir}/{name}")
-    if ct2 is None and not args.no_ct2:
+    dtype = DTYPES[args.dtype]
+    ours_model = ours(cfg, args.vocab).eval().to(dtype)
+    hf_model = marian(cfg, args.vocab).eval().to(dtype)
+    use_ct2 = not args.no_ct2 and args.dtype == "fp32"
+    ct2 = ct2_translator(hf_model, args.threads, f"{workdir}/{name}") if use_ct2 else None
+    if ct2 is None and use_ct2:
         print("ctranslate2 is not installed: skipping it (pip install ctranslate2)", file=sys.stderr)
     rows = []
     for batch in map(int, args.batches.split(",")):
@@ -168,6 +194,9 @@ def bench(name: str, args, workdir: str) -> list[list[str]]:
             row += ([f"{batch * args.length / sec[k]:,.0f}", f"{batch / sec[k]:,.1f}"] if k in sec else ["-", "-"])
         row += [f"{sec['hf'] / sec['ours']:.2f} ({paired['hf']:.2f})",
                 f"{sec['ct2'] / sec['ours']:.2f} ({paired['ct2']:.2f})" if "ct2" in sec else "-"]
+        if args.profile:
+            share = {k: gemm_share(fns[k][0]) for k in ("ours", "hf")}
+            row += [f"{100 * share['ours']:.0f}%", f"{100 * share['hf']:.0f}%", f"{1 / share['hf']:.2f}"]
         rows.append(row)
     return rows
 
@@ -184,15 +213,23 @@ def main() -> None:
                    help="wall: elapsed time; cpu: this process's CPU time (robust to other load; use --threads 1)")
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--no-ct2", action="store_true", help="skip CTranslate2 even if installed")
+    p.add_argument("--dtype", choices=list(DTYPES), default="fp32",
+                   help="weights/activations of ours and HF (CTranslate2 runs only with fp32)")
+    p.add_argument("--profile", action="store_true",
+                   help="also report the matrix-multiply share of ours and HF and the ceiling it implies")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as workdir, OtherLoad() as load:
         rows = [row for name in args.configs.split(",") for row in bench(name, args, workdir)]
     print(f"\nbeam {BEAM} decoding, {args.length} tokens per sentence (median of {args.repeats}, "
-          f"{args.threads} threads, {args.clock} clock, torch {torch.__version__}, other processes' CPU share "
+          f"{args.threads} threads, {args.clock} clock, {args.dtype}, torch {torch.__version__}, "
+          f"other processes' CPU share "
           f"during the run: {load}); ratio = ours speed / peer speed (in brackets: median of per-round ratios)")
-    print(table(["config", "batch", "ours tok/s", "ours sent/s", "hf tok/s", "hf sent/s", "ct2 tok/s",
-                 "ct2 sent/s", "ours/hf", "ours/ct2"], rows))
+    header = ["config", "batch", "ours tok/s", "ours sent/s", "hf tok/s", "hf sent/s", "ct2 tok/s", "ct2 sent/s",
+              "ours/hf", "ours/ct2"]
+    if args.profile:
+        header += ["ours gemm", "hf gemm", "ceiling"]
+    print(table(header, rows))
 
 
 if __name__ == "__main__":

@@ -102,7 +102,7 @@ class TrainConfig:
     keep_last: int = 5
     average_last: int = 5  # average this many last checkpoints into averaged.pt at the end (0/1 = off)
     max_bad_updates: int = 10  # abort after this many consecutive NaN/inf updates
-    tensorboard: bool = False
+    tensorboard: bool = False  # also write the metrics as TensorBoard scalars to RUN_DIR/tensorboard
 
 
 @dataclass

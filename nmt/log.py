@@ -1,4 +1,5 @@
-"""Training output: a rich progress bar (terminal) or plain log lines (files/CI), plus metrics.jsonl."""
+"""Training output: a rich progress bar (terminal) or plain log lines (files/CI), plus metrics.jsonl and,
+with train.tensorboard, the same numbers as TensorBoard scalars in RUN_DIR/tensorboard."""
 
 from __future__ import annotations
 
@@ -12,15 +13,22 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from nmt.errors import NmtError
+
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class Reporter:
     """Everything the trainer tells the user. Silent on non-zero DDP ranks."""
 
-    def __init__(self, run_dir: Path, *, enabled: bool = True, progress: bool | None = None):
+    def __init__(self, run_dir: Path, *, enabled: bool = True, progress: bool | None = None,
+                 tensorboard: bool = False):
         self.enabled = enabled
         self.metrics_path = run_dir / "metrics.jsonl"
+        self.tensorboard_dir = run_dir / "tensorboard"
+        self.writer_class: Any = _summary_writer() if enabled and tensorboard else None
+        self.writer: Any = None  # created on first use, so that a resume can purge the steps it redoes
+        self.purge_step: int | None = None
         self.use_bar = enabled and (sys.stderr.isatty() if progress is None else progress)
         self.bar: Progress | None = None
         self.task: Any = None
@@ -45,9 +53,21 @@ class Reporter:
         self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
+        if self.writer_class is not None:
+            self._scalars(record)
+
+    def _scalars(self, record: dict[str, Any]) -> None:
+        """train/loss, valid/bleu, ... against the update number."""
+        if self.writer is None:
+            self.writer = self.writer_class(str(self.tensorboard_dir), purge_step=self.purge_step)
+        for key, value in record.items():
+            if key not in ("type", "step", "epoch", "time") and isinstance(value, (int, float)):
+                self.writer.add_scalar(f"{record['type']}/{key}", value, record["step"])
+        self.writer.flush()
 
     def truncate_metrics(self, step: int) -> None:
         """After a resume, forget records logged after the checkpoint we resumed from."""
+        self.purge_step = step + 1
         if not self.enabled or not self.metrics_path.is_file():
             return
         keep = []
@@ -116,3 +136,15 @@ class Reporter:
         if self.bar is not None:
             self.bar.stop()
             self.bar = None
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+def _summary_writer() -> Any:
+    """The SummaryWriter class (the tensorboard package is optional: `pip install tensorboard`)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as e:
+        raise NmtError("train.tensorboard needs the tensorboard package: pip install tensorboard") from e
+    return SummaryWriter

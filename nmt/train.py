@@ -252,7 +252,7 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.run_dir = Path(t.run_dir)
-        self.report = Reporter(self.run_dir, enabled=self.env.main, progress=progress)
+        self.report = Reporter(self.run_dir, enabled=self.env.main, progress=progress, tensorboard=t.tensorboard)
         self.meta = read_meta(cfg.data.dir)
         self.tokenizer = Tokenizer.load(cfg.data.dir)
         self.train_data = load_split(cfg.data.dir, "train")

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+import nmt.log
 import nmt.train as train_mod
 from nmt import checkpoint
 from nmt.config import Config, load_config
@@ -107,6 +108,56 @@ def test_resume_is_exact(demo_data, tmp_path):
     # metrics.jsonl holds each update once, as in the uninterrupted run
     assert [r["step"] for r in metrics(parts)] == list(range(1, 15))
     assert [r["loss"] for r in metrics(parts)] == [r["loss"] for r in metrics(full)]
+
+
+class RecordingWriter:
+    """Stands in for torch.utils.tensorboard.SummaryWriter (the tensorboard package is optional)."""
+
+    made: list[RecordingWriter] = []
+
+    def __init__(self, log_dir: str, purge_step: int | None = None):
+        self.log_dir, self.purge_step, self.scalars, self.closed = log_dir, purge_step, [], False
+        RecordingWriter.made.append(self)
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        self.scalars.append((tag, step, value))
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_tensorboard_gets_the_metrics_and_a_resume_purges_redone_steps(demo_data, tmp_path, monkeypatch):
+    monkeypatch.setattr(nmt.log, "_summary_writer", lambda: RecordingWriter)
+    RecordingWriter.made.clear()
+    run = tmp_path / "run"
+    opts = ("train.tensorboard=true", "train.save_every=3", "train.valid_every=3")
+    train(tiny_config(demo_data, run, "train.max_updates=3", *opts), progress=False)
+    (run / "averaged.pt").unlink(missing_ok=True)
+    train(tiny_config(demo_data, run, "train.max_updates=6", *opts), progress=False)
+    first, second = RecordingWriter.made
+    assert first.log_dir == str(run / "tensorboard") and first.closed and second.closed
+    assert second.purge_step == 4  # resumed from update 3: TensorBoard drops anything logged after it
+    losses = {step: value for tag, step, value in first.scalars + second.scalars if tag == "train/loss"}
+    assert losses == {r["step"]: r["loss"] for r in metrics(run)}
+    assert [step for tag, step, _ in first.scalars + second.scalars if tag == "valid/bleu"] == [3, 6]
+
+
+def test_tensorboard_without_the_package_is_a_clear_error(demo_data, tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tensorboard(name, *args, **kwargs):
+        if name.startswith("torch.utils.tensorboard"):
+            raise ImportError("No module named 'tensorboard'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorboard)
+    with pytest.raises(NmtError, match="pip install tensorboard"):
+        train(tiny_config(demo_data, tmp_path / "run", "train.tensorboard=true"), progress=False)
 
 
 def test_bf16_autocast_training_step_on_cpu(demo_data, tmp_path):
