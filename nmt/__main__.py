@@ -1,4 +1,4 @@
-from nmt.cli import app
+from nmt.cli import main
 
 if __name__ == "__main__":
-    app(prog_name="nmt")
+    main()

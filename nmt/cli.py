@@ -242,8 +242,32 @@ def plot(
     typer.echo(f"wrote {out}", err=True)
 
 
-def main() -> None:
-    app(prog_name="nmt")
+def main(args: list[str] | None = None) -> None:
+    """The `nmt` entry point. Runs the app like Typer does, except that an option-parser mistake (a bad
+    value, an unknown option or command) is one `error:` line like every other user error, instead of
+    a usage box; a bare `nmt` still prints the help."""
+    try:  # Typer >= 0.22 carries its own copy of click
+        from typer._click import exceptions as click_errors
+    except ImportError:
+        from click import exceptions as click_errors
+
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=args, prog_name="nmt", standalone_mode=False)
+    except getattr(click_errors, "NoArgsIsHelpError", ()) as e:
+        e.show()
+        code = e.exit_code
+    except click_errors.UsageError as e:
+        where = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
+        _err(" ".join(e.format_message().split()) + where)
+        code = e.exit_code
+    except click_errors.ClickException as e:
+        _err(" ".join(e.format_message().split()))
+        code = e.exit_code
+    except typer.Abort:
+        _err("aborted")
+        code = 1
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

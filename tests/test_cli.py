@@ -103,6 +103,17 @@ def test_translate_and_score_errors_are_one_line(tmp_path):
     assert_one_line_error(nmt("train", "--set", f"data.dir={tmp_path / 'nodata'}"), "nmt prepare")
 
 
+@pytest.mark.parametrize("args, needles", [
+    (["translate", "--beam", "many"], ["--beam", "nmt translate --help"]),
+    (["trian"], ["No such command", "train"]),
+    (["score", "--bogus"], ["--bogus"]),
+])
+def test_option_parser_mistakes_are_one_line(args, needles):
+    proc = nmt(*args, stdin=b"")
+    assert_one_line_error(proc, *needles)
+    assert proc.returncode == 2 and len(proc.stderr.decode().splitlines()) == 1
+
+
 @pytest.mark.parametrize("entry", [["-m", "nmt"], ["-c", "from nmt.cli import main; main()"]])
 def test_python_dash_m_and_console_entry(entry):
     proc = subprocess.run([sys.executable, *entry, "score", "--help"], capture_output=True,
