@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 import yaml
+from torch import nn
 
 from nmt import checkpoint
 from nmt.batching import Batch, TokenBatchSampler, collate
@@ -237,6 +238,15 @@ def clear_run_dir(run_dir: Path) -> None:
         shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 
+def adam(params: list[nn.Parameter], **kwargs: Any) -> torch.optim.Adam:
+    """Adam with the fused kernel (one pass over all parameters; ~3x faster steps for the base model on
+    CPU) where this torch has it for the parameters' device, else the default multi-tensor version."""
+    try:
+        return torch.optim.Adam(params, fused=True, **kwargs)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.Adam(params, **kwargs)
+
+
 # --------------------------------------------------------------------------- the trainer
 
 
@@ -281,10 +291,8 @@ class Trainer:
                                                       else [self.device.index])
             if self.env.world > 1 else None
         )
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=learning_rate(1, cfg), betas=tuple(t.betas), eps=t.eps,
-            weight_decay=t.weight_decay,
-        )
+        self.optimizer = adam(list(self.model.parameters()), lr=learning_rate(1, cfg), betas=tuple(t.betas),
+                              eps=t.eps, weight_decay=t.weight_decay)
         self.dtype = amp_dtype(t.amp, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.dtype == torch.float16)
         lens = self.train_data.with_format("numpy", columns=["src_len", "tgt_len"])[:]

@@ -160,6 +160,21 @@ def test_tensorboard_without_the_package_is_a_clear_error(demo_data, tmp_path, m
         train(tiny_config(demo_data, tmp_path / "run", "train.tensorboard=true"), progress=False)
 
 
+def test_adam_is_fused_where_torch_supports_it_and_plain_elsewhere(monkeypatch):
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    assert train_mod.adam(params, lr=1e-3).defaults["fused"]  # torch >= 2.4 has the fused kernel on CPU
+    real = torch.optim.Adam
+
+    def old_torch_adam(params, fused=None, **kwargs):  # torch 2.2/2.3: fused is CUDA-only
+        if fused:
+            raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported "
+                               "devices: ['cuda']")
+        return real(params, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "Adam", old_torch_adam)
+    assert not train_mod.adam(params, lr=1e-3).defaults.get("fused")
+
+
 def test_bf16_autocast_training_step_on_cpu(demo_data, tmp_path):
     run = tmp_path / "run"
     train(tiny_config(demo_data, run, "train.amp=bf16", "train.max_updates=3"), progress=False)
