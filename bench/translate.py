@@ -27,6 +27,9 @@ on its own thread pool (intra_threads = --threads). Goal: ours >= 2x HF generate
 
 --dtype bf16 runs ours and HF with bfloat16 weights and activations (on CPUs with AVX512-BF16/AMX, oneDNN's
 bf16 matrix multiplies are several times faster than fp32); CTranslate2 has no bf16 on CPU and is left out.
+--dtype int8 applies PyTorch dynamic int8 quantization to the nn.Linear layers of ours and of HF (what
+`nmt translate --quantize int8` does; ours keeps its output projection, tied to the embedding, in fp32,
+while HF's lm_head is an nn.Linear and gets quantized), and runs CTranslate2 with compute_type int8.
 
 --floor records the matrix multiplies of one call of ours (shapes, strides, dtype) and times them alone,
 replayed on random tensors: "gemm share" is that floor / our time, and "ceiling vs hf" is HF's time / the
@@ -47,7 +50,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from nmt.search import beam_search
 
 BEAM, ALPHA = 4, 0.6
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
 
 
 class FixedLength:
@@ -101,7 +104,16 @@ def hf_fn(model, src, length):
     return run, check
 
 
-def ct2_translator(hf_model, threads: int, workdir: str):
+def quantized(model: torch.nn.Module) -> torch.nn.Module:
+    """Dynamic int8 quantization of the nn.Linear layers, as `nmt translate --quantize int8` does."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eager-mode quantization is marked deprecated in favour of torchao
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+
+def ct2_translator(hf_model, threads: int, workdir: str, compute_type: str = "float32"):
     """Convert the Marian model with CTranslate2's Transformers converter, or None if it is not installed.
     The converter wants a tokenizer only for the vocabulary and special tokens, so it gets a stub."""
     try:
@@ -126,7 +138,7 @@ def ct2_translator(hf_model, threads: int, workdir: str):
     hf_dir, ct2_dir = f"{workdir}/hf", f"{workdir}/ct2"
     hf_model.save_pretrained(hf_dir)
     Converter(hf_dir).convert(ct2_dir, force=True)
-    translator = ctranslate2.Translator(ct2_dir, device="cpu", compute_type="float32", inter_threads=1,
+    translator = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=compute_type, inter_threads=1,
                                         intra_threads=threads)
     return translator, names
 
@@ -191,8 +203,11 @@ def bench(name: str, args, workdir: str) -> list[list[str]]:
     dtype = DTYPES[args.dtype]
     ours_model = ours(cfg, args.vocab).eval().to(dtype)
     hf_model = marian(cfg, args.vocab).eval().to(dtype)
-    use_ct2 = not args.no_ct2 and args.dtype == "fp32"
-    ct2 = ct2_translator(hf_model, args.threads, f"{workdir}/{name}") if use_ct2 else None
+    use_ct2 = not args.no_ct2 and args.dtype != "bf16"
+    compute_type = "int8" if args.dtype == "int8" else "float32"
+    ct2 = ct2_translator(hf_model, args.threads, f"{workdir}/{name}", compute_type) if use_ct2 else None
+    if args.dtype == "int8":
+        ours_model, hf_model = quantized(ours_model), quantized(hf_model)
     if ct2 is None and use_ct2:
         print("ctranslate2 is not installed: skipping it (pip install ctranslate2)", file=sys.stderr)
     rows = []
@@ -215,7 +230,7 @@ def bench(name: str, args, workdir: str) -> list[list[str]]:
             row += ([f"{batch * args.length / sec[k]:,.0f}", f"{batch / sec[k]:,.1f}"] if k in sec else ["-", "-"])
         row += [f"{sec['hf'] / sec['ours']:.2f} ({paired['hf']:.2f})",
                 f"{sec['ct2'] / sec['ours']:.2f} ({paired['ct2']:.2f})" if "ct2" in sec else "-"]
-        if args.floor:
+        if args.floor and args.dtype != "int8":  # quantized linears are not aten matrix multiplies
             floor = gemm_floor(fns["ours"][0], args.repeats, args.clock)
             row += [f"{100 * floor / sec['ours']:.0f}%", f"{sec['hf'] / floor:.2f}"]
         rows.append(row)
@@ -235,7 +250,7 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--no-ct2", action="store_true", help="skip CTranslate2 even if installed")
     p.add_argument("--dtype", choices=list(DTYPES), default="fp32",
-                   help="weights/activations of ours and HF (CTranslate2 runs only with fp32)")
+                   help="fp32, bf16 (ours and HF; no CTranslate2) or int8 (dynamic quantization of all three)")
     p.add_argument("--floor", action="store_true",
                    help="also time our matrix multiplies alone: their share of our time, and HF's time / theirs "
                         "(the most any implementation doing these multiplies could gain over HF)")
@@ -249,7 +264,7 @@ def main() -> None:
           f"during the run: {load}); ratio = ours speed / peer speed (in brackets: median of per-round ratios)")
     header = ["config", "batch", "ours tok/s", "ours sent/s", "hf tok/s", "hf sent/s", "ct2 tok/s", "ct2 sent/s",
               "ours/hf", "ours/ct2"]
-    if args.floor:
+    if args.floor and args.dtype != "int8":
         header += ["gemm share", "ceiling vs hf"]
     print(table(header, rows))
 
