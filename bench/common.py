@@ -13,6 +13,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -77,10 +78,22 @@ def random_batch(batch: int, min_len: int, max_len: int, vocab: int, seed: int) 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
+@dataclass
+class SelfTimed:
+    """A contestant's result that carries its own timing (one run in another process, timed there with
+    the same clock)."""
+
+    seconds: float
+    value: object = None
+
+
 def interleaved(contestants: dict[str, Callable[[], object]], repeats: int, warmup: int = 1,
-                progress: bool = True, clock: str = "wall") -> dict[str, list[float]]:
+                progress: bool = True, clock: str = "wall", pause: float = 0.3) -> dict[str, list[float]]:
     """Seconds per call of each contestant: `warmup` untimed rounds, then `repeats` timed rounds; each
-    round calls every contestant once, the order reversed every other round.
+    round calls every contestant once, the order reversed every other round. Between calls the script
+    sleeps `pause` seconds (untimed): OpenMP pools keep spinning for a while after their last task
+    (Intel's, which CTranslate2 uses, for 200 ms by default), which would steal cores from whoever runs
+    next.
 
     clock "wall" is elapsed time; "cpu" is the CPU time of this process (all its threads), which other
     processes' load disturbs far less - but with several threads it also counts their spin-waiting,
@@ -91,9 +104,10 @@ def interleaved(contestants: dict[str, Callable[[], object]], repeats: int, warm
     for r in range(warmup + repeats):
         order = names if r % 2 == 0 else names[::-1]
         for name in order:
+            time.sleep(pause)
             start = now()
-            contestants[name]()
-            elapsed = now() - start
+            result = contestants[name]()
+            elapsed = result.seconds if isinstance(result, SelfTimed) else now() - start
             if r >= warmup:
                 times[name].append(elapsed)
         if progress:
@@ -128,7 +142,24 @@ class OtherLoad:
         except (OSError, ValueError):
             return None
         idle = values[3] + values[4]
-        return sum(values) - idle, sum(values), time.process_time()
+        return sum(values) - idle, sum(values), time.process_time() + OtherLoad._children_seconds()
+
+    @staticmethod
+    def _children_seconds() -> float:
+        """CPU seconds of this process's live child processes (benchmark workers are ours, not others')."""
+        seconds = 0.0
+        for task in Path("/proc/self/task").iterdir():
+            try:
+                children = (task / "children").read_text().split()
+            except OSError:
+                continue
+            for pid in children:
+                try:
+                    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                seconds += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+        return seconds
 
     def __str__(self) -> str:
         return "unknown" if self.share is None else f"{100 * self.share:.0f}%"

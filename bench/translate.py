@@ -22,8 +22,9 @@ three do the same `--length` + 1 decoder steps over batch x 4 rows:
 
 The script checks that every system returned the expected number of tokens per sentence. Reported:
 generated tokens/s (batch x L per call, EOS not counted) and sentences/s, medians over interleaved repeats,
-the ratios ours/HF and ours/CT2, and how much CPU other processes took meanwhile. CT2 runs in this process
-on its own thread pool (intra_threads = --threads). Goal: ours >= 2x HF generate() at batch 32.
+the ratios ours/HF and ours/CT2, and how much CPU other processes took meanwhile. CT2 runs in a child
+process (intra_threads = --threads; see _ct2_worker for why), timed there with the same clock, interleaved
+with the others. Goal: ours >= 2x HF generate() at batch 32.
 
 --dtype bf16 runs ours and HF with bfloat16 weights and activations (on CPUs with AVX512-BF16/AMX, oneDNN's
 bf16 matrix multiplies are several times faster than fp32); CTranslate2 has no bf16 on CPU and is left out.
@@ -40,11 +41,27 @@ no more multiplies than HF: HF also computes the source keys/values once per bea
 from __future__ import annotations
 
 import argparse
+import atexit
+import multiprocessing as mp
 import sys
 import tempfile
 
 import torch
-from common import BOS, EOS, PAD, OtherLoad, interleaved, marian, median, model_config, ours, random_batch, table
+from common import (
+    BOS,
+    CLOCKS,
+    EOS,
+    PAD,
+    OtherLoad,
+    SelfTimed,
+    interleaved,
+    marian,
+    median,
+    model_config,
+    ours,
+    random_batch,
+    table,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nmt.search import beam_search
@@ -113,11 +130,11 @@ def quantized(model: torch.nn.Module) -> torch.nn.Module:
         return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
 
-def ct2_translator(hf_model, threads: int, workdir: str, compute_type: str = "float32"):
-    """Convert the Marian model with CTranslate2's Transformers converter, or None if it is not installed.
-    The converter wants a tokenizer only for the vocabulary and special tokens, so it gets a stub."""
+def ct2_model(hf_model, workdir: str) -> tuple[str, list[str]] | None:
+    """Convert the Marian model with CTranslate2's Transformers converter: (model dir, vocabulary), or None
+    if ctranslate2 is not installed. The converter wants a tokenizer only for the vocabulary and special
+    tokens, so it gets a stub."""
     try:
-        import ctranslate2
         from ctranslate2.converters import TransformersConverter
     except ImportError:
         return None
@@ -138,21 +155,43 @@ def ct2_translator(hf_model, threads: int, workdir: str, compute_type: str = "fl
     hf_dir, ct2_dir = f"{workdir}/hf", f"{workdir}/ct2"
     hf_model.save_pretrained(hf_dir)
     Converter(hf_dir).convert(ct2_dir, force=True)
-    translator = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=compute_type, inter_threads=1,
+    return ct2_dir, names
+
+
+def _ct2_worker(conn, model_dir: str, compute_type: str, threads: int, tokens: list[list[str]], length: int,
+                clock: str) -> None:
+    """Serves timed translate_batch calls. CTranslate2 runs in its own process because its Intel OpenMP
+    pool, once used, slows PyTorch's GNU OpenMP pool in the same process about 2x (measured on the
+    elementwise add of a [128, 8000] tensor: 149 -> 283 us), which would handicap ours and HF."""
+    import ctranslate2
+
+    translator = ctranslate2.Translator(model_dir, device="cpu", compute_type=compute_type, inter_threads=1,
                                         intra_threads=threads)
-    return translator, names
+    now = CLOCKS[clock]
+    while conn.recv() == "run":
+        start = now()
+        result = translator.translate_batch(tokens, beam_size=BEAM, length_penalty=ALPHA, max_batch_size=0,
+                                            min_decoding_length=length + 1, max_decoding_length=length + 1)
+        conn.send((now() - start, [len(r.hypotheses[0]) for r in result]))
 
 
-def ct2_fn(ct2, src, length):
-    translator, names = ct2
+def ct2_fn(ct2, src, length, compute_type: str, threads: int, clock: str):
+    model_dir, names = ct2
     tokens = [[names[i] for i in row if i != PAD] for row in src.tolist()]
+    ctx = mp.get_context("spawn")
+    conn, child_conn = ctx.Pipe()
+    proc = ctx.Process(target=_ct2_worker, args=(child_conn, model_dir, compute_type, threads, tokens, length, clock),
+                       daemon=True)
+    proc.start()
+    atexit.register(lambda: (conn.send("stop"), proc.join(10)) if proc.is_alive() else None)
 
     def run():
-        return translator.translate_batch(tokens, beam_size=BEAM, length_penalty=ALPHA, max_batch_size=0,
-                                          min_decoding_length=length + 1, max_decoding_length=length + 1)
+        conn.send("run")
+        seconds, lengths = conn.recv()
+        return SelfTimed(seconds, lengths)
 
-    def check(result):
-        return all(len(r.hypotheses[0]) == length + 1 for r in result)
+    def check(result):  # CT2 returns L + 1 tokens (see the module docstring)
+        return all(n == length + 1 for n in result.value)
 
     return run, check
 
@@ -205,7 +244,7 @@ def bench(name: str, args, workdir: str) -> list[list[str]]:
     hf_model = marian(cfg, args.vocab).eval().to(dtype)
     use_ct2 = not args.no_ct2 and args.dtype != "bf16"
     compute_type = "int8" if args.dtype == "int8" else "float32"
-    ct2 = ct2_translator(hf_model, args.threads, f"{workdir}/{name}", compute_type) if use_ct2 else None
+    ct2 = ct2_model(hf_model, f"{workdir}/{name}") if use_ct2 else None
     if args.dtype == "int8":
         ours_model, hf_model = quantized(ours_model), quantized(hf_model)
     if ct2 is None and use_ct2:
@@ -215,7 +254,7 @@ def bench(name: str, args, workdir: str) -> list[list[str]]:
         src = sources(batch, args.vocab)
         fns = {"ours": ours_fn(ours_model, src, args.length), "hf": hf_fn(hf_model, src, args.length)}
         if ct2 is not None:
-            fns["ct2"] = ct2_fn(ct2, src, args.length)
+            fns["ct2"] = ct2_fn(ct2, src, args.length, compute_type, args.threads, args.clock)
         for label, (run, check) in fns.items():
             if not check(run()):
                 raise SystemExit(f"{label}: hypotheses do not all have {args.length} tokens; the work is not equal")

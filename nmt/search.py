@@ -46,18 +46,22 @@ def max_lengths(model, src: Tensor, pad: int, max_len_a: float, max_len_b: int) 
     return limit.clamp(0, max_positions - 1 if max_positions else None)
 
 
-def _next_token_lprobs(logits: Tensor, at_limit: Tensor, bos: int, eos: int, pad: int) -> Tensor:
-    """log_softmax in float32; PAD and BOS are never emitted; rows at their length limit
-    (at_limit [N]) may only emit EOS, which keeps its real log-probability. Returns a new tensor,
-    which callers may update in place."""
-    lprobs = logits.float().log_softmax(dim=-1)
-    lprobs[:, pad] = float("-inf")
-    lprobs[:, bos] = float("-inf")
+def _allowed_logits(logits: Tensor, at_limit: Tensor, bos: int, eos: int, pad: int) -> tuple[Tensor, Tensor]:
+    """float32 logits with PAD and BOS made impossible and, in rows at their length limit (at_limit [N]),
+    everything but EOS; and the log-normalizer logsumexp [N] of the unmasked logits, so that
+    logit - lse is the token's log-probability (EOS keeps its real one at the limit). Search ranks by
+    that difference without materialising log_softmax over the vocabulary: log-probabilities order a
+    row like its logits, so a row's best tokens are its best logits. Returns a new tensor, or
+    `logits` itself updated in place when it is float32 already (decode_step's logits are the caller's)."""
+    logits = logits.float()
+    lse = logits.logsumexp(dim=-1)
+    logits[:, pad] = float("-inf")
+    logits[:, bos] = float("-inf")
     if bool(at_limit.any()):
-        eos_lprobs = lprobs[:, eos].clone()
-        lprobs[at_limit] = float("-inf")
-        lprobs[:, eos] = eos_lprobs
-    return lprobs
+        eos_logits = logits[:, eos].clone()
+        logits[at_limit] = float("-inf")
+        logits[:, eos] = eos_logits
+    return logits, lse
 
 
 def _step_attention(attention: Tensor | None, layer: int) -> Tensor | None:
@@ -86,9 +90,9 @@ def greedy_search(model, src: Tensor, *, max_len_a: float = 1.0, max_len_b: int 
     attn = torch.zeros(B, T + 1, S, device=src.device) if need_attention else None
     for t in range(T + 1):
         logits, step_attn = model.decode_step(tokens, cache, need_attention)
-        lprobs = _next_token_lprobs(logits, t >= limit[rows], bos, eos, pad)
-        best, tokens = lprobs.max(dim=-1)
-        logprob[rows] = logprob[rows] + best
+        logits, lse = _allowed_logits(logits, t >= limit[rows], bos, eos, pad)
+        best, tokens = logits.max(dim=-1)
+        logprob[rows] = logprob[rows] + (best - lse)
         out[rows, t] = tokens
         if attn is not None:
             attn[rows, t] = _step_attention(step_attn, attention_layer)
@@ -154,15 +158,20 @@ def beam_search(model, src: Tensor, *, beam: int = 4, length_penalty: float = 0.
         N, R = sent.numel(), 1 if t == 0 else K  # active slots, rows per slot
         logits, step_attn = model.decode_step(tokens, cache, need_attention)
         at_limit = t >= limit[sent]
-        lprobs = _next_token_lprobs(logits, at_limit.repeat_interleave(R), bos, eos, pad)
-        V = lprobs.size(-1)
-        candidates = lprobs.add_(scores[:, None]).view(N, R * V)
-        if R * V < 2 * K:  # tiny vocabulary: fill up with impossible candidates
-            candidates = F.pad(candidates, (0, 2 * K - R * V), value=float("-inf"))
+        logits, lse = _allowed_logits(logits, at_limit.repeat_interleave(R), bos, eos, pad)
+        # The best 2K continuations of a sentence are among the best 2K tokens of each of its rows: take
+        # those per row (by logit), score them (logprob = logit - lse, plus the row's score), then pick
+        # the sentence's best 2K of these R x 2K.
+        V = logits.size(-1)
+        if V < 2 * K:  # tiny vocabulary: fill up with impossible candidates (of a real token id)
+            logits = F.pad(logits, (0, 2 * K - V), value=float("-inf"))
+        row_logits, row_tokens = logits.topk(2 * K, dim=1)
+        row_tokens.clamp_(max=V - 1)
+        candidates = ((row_logits - lse[:, None]) + scores[:, None]).view(N, R * 2 * K)
         top_scores, top_index = candidates.topk(2 * K, dim=1)
-        beam_of = top_index.div(V, rounding_mode="floor").clamp_(max=R - 1)
+        beam_of = top_index.div(2 * K, rounding_mode="floor")
         top_rows = beam_of + torch.arange(N, device=device)[:, None] * R
-        top_tokens = top_index.remainder(V)
+        top_tokens = row_tokens.view(N, R * 2 * K).gather(1, top_index)
         is_eos = top_tokens.eq(eos)
         step_attn = _step_attention(step_attn, attention_layer)
 

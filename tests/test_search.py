@@ -236,3 +236,13 @@ def test_empty_batch_and_argument_checks():
     assert greedy_search(m, empty) == [] and beam_search(m, empty) == []
     with pytest.raises(ValueError):
         beam_search(m, random_inputs(1), beam=2, nbest=3)
+
+
+def test_beam_wider_than_half_the_vocabulary(copy_model):
+    """2 x beam candidates per row exceed V = 14: the padding candidates must never become tokens."""
+    model, seqs = copy_model
+    src, _, _ = batch(seqs[:6])
+    wide = beam_search(model, src, beam=8, nbest=8)
+    for hyps, seq in zip(wide, seqs[:6], strict=True):
+        assert hyps[0].tokens == seq
+        assert all(0 <= tok < V for h in hyps for tok in h.tokens)
