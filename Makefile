@@ -41,7 +41,7 @@ bench-train: $(STAMP)
 
 bench-translate: $(STAMP)
 	$(PIP) install -q -e ".[bench]"
-	$(PYTHON) bench/translate.py
+	$(PYTHON) bench/translate.py $(ARGS)
 
 # Multi30k: prepare -> train (60-minute budget) -> translate test2016 -> score, timing each stage.
 M30_DATA := data/multi30k-$(SRC)-$(TGT)
