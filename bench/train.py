@@ -7,8 +7,8 @@ Usage (from the repository root):
     python bench/train.py --threads 1 --clock cpu        # CPU-time clock: steadier on a busy shared machine
 
 One update = forward, label-smoothed loss (`nmt.train.label_smoothed_loss`, epsilon 0.1), backward of
-loss / target tokens, and an Adam step (betas 0.9/0.98, eps 1e-9, as configs/base.yaml), both models in
-train() mode with dropout from the config. Both get the same random batch: `--max-tokens` / 32 rows,
+loss / target tokens, and an Adam step (betas 0.9/0.98, eps 1e-9, as configs/base.yaml; the fused kernel
+that `nmt train` uses, for both models alike), both models in train() mode with dropout from the config. Both get the same random batch: `--max-tokens` / 32 rows,
 source 21..30 tokens + EOS, target 22..31 tokens (+BOS in, +EOS out), right-padded. Marian gets
 `decoder_input_ids` and `attention_mask` (no `labels`: HF would compute a second, unsmoothed loss); its
 loss comes from its logits through the same function, so the work is equal. Weights are random;
@@ -26,7 +26,7 @@ import argparse
 import torch
 from common import BOS, PAD, OtherLoad, interleaved, marian, median, model_config, ours, random_batch, table
 
-from nmt.train import label_smoothed_loss
+from nmt.train import adam, label_smoothed_loss
 
 
 def make_batch(max_tokens: int, vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -65,7 +65,7 @@ def bench(name: str, args) -> list[str]:
     for label, model, forward in (("ours", ours(cfg, args.vocab), ours_forward),
                                   ("marian", marian(cfg, args.vocab), marian_forward)):
         model.train()
-        opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        opt = adam(list(model.parameters()), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
         contestants[label] = update_fn(model, forward, opt, batch, args.label_smoothing)
     print(f"{name}: d_model {cfg.d_model}, heads {cfg.n_heads}, d_ff {cfg.d_ff}, layers "
           f"{cfg.encoder_layers}+{cfg.decoder_layers}, pre_norm {cfg.pre_norm}, batch {tuple(batch['src'].shape)} "
