@@ -8,11 +8,12 @@ Usage (from the repository root):
 
 One update = forward, label-smoothed loss (`nmt.train.label_smoothed_loss`, epsilon 0.1), backward of
 loss / target tokens, and an Adam step (betas 0.9/0.98, eps 1e-9, as configs/base.yaml; the fused kernel
-that `nmt train` uses, for both models alike), both models in train() mode with dropout from the config. Both get the same random batch: `--max-tokens` / 32 rows,
-source 21..30 tokens + EOS, target 22..31 tokens (+BOS in, +EOS out), right-padded. Marian gets
-`decoder_input_ids` and `attention_mask` (no `labels`: HF would compute a second, unsmoothed loss); its
-loss comes from its logits through the same function, so the work is equal. Weights are random;
-vocabulary `--vocab` shared by source, target and output layer in both.
+that `nmt train` uses, for both models alike), both models in train() mode with dropout from the config.
+Both get the same random batch: `--max-tokens` / 32 rows, source 21..30 tokens + EOS, target 22..31
+tokens (+BOS in, +EOS out), right-padded. Marian gets `decoder_input_ids` and `attention_mask` (no
+`labels`: HF would compute a second, unsmoothed loss); its loss comes from its logits through the same
+function, so the work is equal. Weights are random; vocabulary `--vocab` shared by source, target and
+output layer in both.
 
 Updates run interleaved (ours, Marian, Marian, ours, ...) after a warm-up; the medians are reported, with
 the median of per-round ratios in brackets and how much CPU other processes took meanwhile.
