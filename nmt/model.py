@@ -13,7 +13,7 @@ True = "may be attended to"; the padding masks this module returns are True = pa
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -201,20 +201,27 @@ class DecoderLayer(_Residual):
         return self._cross_and_ffn(x, memory_kv, memory_mask, need_weights)
 
     def step(self, x: Tensor, self_kv: Tensor, step: int, memory_kv: Tensor, memory_mask: Tensor,
-             need_weights: bool, group: int = 1) -> tuple[Tensor, Tensor | None]:
-        """One new position x [N, 1, D]. Its K, V are written into `self_kv` [2, N, H, capacity, Dh] at
-        `step`; it attends to positions 0..step, all real, so no mask is needed.
+             self_mask: Tensor | None, need_weights: bool, group: int = 1) -> tuple[Tensor, Tensor | None]:
+        """One new position x [N, 1, D] for N rows in groups of `group` that share a source (the beams of
+        a sentence): group g's rows are x[g*group : (g+1)*group].
 
-        Rows come in `group`s that share a source (the beams of a sentence): memory_kv [2, N / group, H,
-        S, Dh] holds one copy per group, and the group's rows attend to it as `group` query positions
-        of one sequence, so the source K, V are neither copied per beam nor read once per beam."""
-        qkv = self.self_attn.qkv_stacked(self._in(x, self.norm1))
-        self_kv[:, :, :, step] = qkv[1:, :, :, 0]  # K and V in one copy
-        h, _ = self.self_attn.attend(qkv[0], self_kv[0, :, :, : step + 1], self_kv[1, :, :, : step + 1])
-        x = self._add(x, h, self.norm1)
+        Self-attention: the group's keys/values live in self_kv [2, G, H, capacity, W, Dh], one slot w < W
+        per row and position; row q writes its new K, V into slot q at `step` and attends to all
+        (step + 1) x W entries of its group, `self_mask` [G, 1, group, (step + 1) * W] (additive, None
+        when W = 1) keeping exactly those on its own history. Beams thus never copy each other's caches.
+        Cross-attention: memory_kv [2, G, H, S, Dh] holds one copy of the source per group, and the
+        group's rows attend to it as `group` query positions of one sequence."""
         N, _, D = x.shape
-        x, weights = self._cross_and_ffn(x.view(N // group, group, D), memory_kv, memory_mask, need_weights)
-        if weights is not None:  # [N / group, H, group, S] -> [N, H, 1, S]
+        x = x.view(N // group, group, D)
+        qkv = self.self_attn.qkv_stacked(self._in(x, self.norm1))  # [3, G, H, group, Dh]
+        self_kv[:, :, :, step, :group] = qkv[1:]  # K and V in one copy
+        if group < self_kv.size(4):  # unused slots are masked, but 0 * NaN garbage would still be NaN
+            self_kv[:, :, :, step, group:] = 0
+        k, v = self_kv[:, :, :, : step + 1].flatten(3, 4)  # [G, H, (step + 1) * W, Dh] each, views
+        h, _ = self.self_attn.attend(qkv[0], k, v, mask=self_mask)
+        x = self._add(x, h, self.norm1)
+        x, weights = self._cross_and_ffn(x, memory_kv, memory_mask, need_weights)
+        if weights is not None:  # [G, H, group, S] -> [N, H, 1, S]
             weights = weights.transpose(1, 2).reshape(N, weights.size(1), 1, weights.size(-1))
         return x.view(N, 1, D), weights
 
@@ -230,71 +237,69 @@ class DecoderLayer(_Residual):
 
 @dataclass
 class DecoderCache:
-    """Incremental decoding state of N rows (sentences, or sentences x beams).
+    """Incremental decoding state of N rows (sentences, or sentences x beams) in G groups of `group` rows
+    that share a source. Beam search keeps the beams of a sentence together, so after its first step
+    group = beam size; any other reorder falls back to group = 1.
 
-    cross_kv:    [L, 2, N / group, H, S, Dh] keys/values of the encoder output for every decoder layer,
-                 computed once in `init_cache`; one copy per group of rows (see `group`).
-    memory_mask: [N / group, 1, 1, S] bool, True where the source token is real (SDPA convention).
-    self_kv:     [L, 2, N, H, capacity, Dh] keys/values of target positions 0..step-1. The capacity
-                 grows (doubling, up to the `max_len` hint, further only if needed) so that memory follows
-                 the length actually decoded; see `Transformer.init_cache` for where it starts.
+    cross_kv:    [L, 2, G, H, S, Dh] keys/values of the encoder output for every decoder layer, computed
+                 once in `init_cache`: one copy per group, not per beam.
+    memory_mask: [G, 1, 1, S] bool, True where the source token is real (SDPA convention).
+    self_kv:     [L, 2, G, H, capacity, W, Dh] keys/values of target positions, W slots per group and
+                 position: at position p, row q of a group wrote slot q. The capacity grows (doubling, up
+                 to the `max_len` hint, further only if needed); see `Transformer.init_cache`.
+    slots:       [G, group, capacity] which slot holds position p of row q's own history. A beam reorder
+                 only rewrites this small index (a beam inherits its parent's history by reference), so
+                 the keys/values are copied only when sentences leave the batch or the group widens.
     max_len:     expected number of steps.
     step:        positions decoded so far = position of the next token.
-    group:       rows n*group .. n*group+group-1 all belong to source row n of cross_kv. Beam search keeps
-                 the beams of a sentence together, so its reorders keep group = beam size and never copy
-                 the source K/V per beam; any other reorder falls back to group = 1 (one copy per row).
     """
 
     cross_kv: Tensor
     memory_mask: Tensor
     self_kv: Tensor
+    slots: Tensor
     max_len: int
     step: int = 0
     group: int = 1
-    # Buffers [L, 2, rows, H, capacity, Dh] behind self_kv (its first N rows) and a spare one that
-    # `reorder` gathers into: ping-pong, because fresh tensors this size cost page faults every step.
-    _buffer: Tensor | None = field(default=None, repr=False)
-    _spare: Tensor | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        if self._buffer is None:
-            self._buffer = self.self_kv
 
     @property
     def batch_size(self) -> int:
-        return self.self_kv.size(2)
+        return self.slots.size(0) * self.group
+
+    def begin_step(self, dtype: torch.dtype) -> Tensor | None:
+        """Record that each row writes its own slot at this step; return the additive self-attention mask
+        [G, 1, group, (step + 1) * W] over the group's keys (None while every group has one slot)."""
+        step, W = self.step, self.self_kv.size(5)
+        self.slots[:, :, step] = torch.arange(self.group, device=self.slots.device)
+        if W == 1:
+            return None
+        G, Q = self.slots.shape[:2]
+        own = self.slots[:, :, : step + 1, None] == torch.arange(W, device=self.slots.device)
+        mask = torch.zeros(G, 1, Q, (step + 1) * W, dtype=dtype, device=self.self_kv.device)
+        return mask.masked_fill_(~own.view(G, 1, Q, -1), float("-inf"))
 
     def reorder(self, index: Tensor) -> None:
         """Keep rows `index` in that order (repeats allowed, may be shorter or longer than N): beams are
-        reordered and finished sentences dropped at once. Only the decoded positions are copied, into a
-        buffer with room for the next position (search reorders right before each step)."""
-        index = index.to(self.self_kv.device)
-        n, capacity = index.numel(), self._capacity(self.step + 1)
-        spare = self._spare
-        if spare is None or spare.size(2) < n or spare.size(4) != capacity:
-            spare = self.self_kv.new_empty(*self.self_kv.shape[:2], n, self.self_kv.size(3), capacity,
-                                           self.self_kv.size(5))
-        new = spare[:, :, :n]
-        if self.step:
-            torch.index_select(self.self_kv[:, :, :, :, : self.step], 2, index, out=new[:, :, :, :, : self.step])
-        self._spare = self._buffer if self._buffer.size(4) == capacity else None
-        self._buffer, self.self_kv = spare, new
-        self._regroup(index.div(self.group, rounding_mode="floor"))
-
-    def _regroup(self, source: Tensor) -> None:
-        """Rows now read cross_kv rows `source` [N]. Find the runs of equal sources and keep one cross_kv
-        row per run if all runs have the same length, else one per row."""
-        rows = source.tolist()
-        n, group = len(rows), 1
-        while group < n and rows[group] == rows[0]:
-            group += 1
-        if n == 0 or n % group or any(rows[i] != rows[i - i % group] for i in range(n)):
-            group = 1
-        heads = rows[::group]
-        if heads != list(range(self.cross_kv.size(2))):
-            keep = torch.tensor(heads, dtype=torch.long, device=self.cross_kv.device)
-            self.cross_kv = self.cross_kv.index_select(2, keep)
-            self.memory_mask = self.memory_mask.index_select(0, keep)
+        reordered and finished sentences dropped at once. Within groups only `slots` is gathered; the
+        keys/values are copied only when groups are dropped, repeated or reordered, or widen."""
+        index = index.to(self.slots.device)
+        rows = index.tolist()
+        source = [r // self.group for r in rows]
+        group = _run_length(source)
+        keep = source[::group]
+        keep_t = torch.tensor(keep, dtype=torch.long, device=self.slots.device)
+        within = (index % self.group).view(len(keep), group)
+        self.slots = self.slots[keep_t[:, None], within]
+        W = self.self_kv.size(5)
+        if keep != list(range(self.cross_kv.size(2))) or group > W:
+            L, _, _, H, capacity, _, Dh = self.self_kv.shape
+            kv = self.self_kv.new_empty(L, 2, len(keep), H, capacity, max(W, group), Dh)
+            if self.step:
+                kv[:, :, :, :, : self.step, :W] = self.self_kv[:, :, :, :, : self.step].index_select(2, keep_t)
+                kv[:, :, :, :, : self.step, W:] = 0  # new slots: masked, and must not hold NaN garbage
+            self.self_kv = kv
+            self.cross_kv = self.cross_kv.index_select(2, keep_t)
+            self.memory_mask = self.memory_mask.index_select(0, keep_t)
         self.group = group
 
     def _capacity(self, positions: int) -> int:
@@ -307,10 +312,22 @@ class DecoderCache:
         capacity = self._capacity(positions)
         if capacity == self.self_kv.size(4):
             return
-        grown = self.self_kv.new_empty(*self.self_kv.shape[:4], capacity, self.self_kv.size(5))
+        L, _, G, H, _, W, Dh = self.self_kv.shape
+        grown = self.self_kv.new_empty(L, 2, G, H, capacity, W, Dh)
         grown[:, :, :, :, : self.step] = self.self_kv[:, :, :, :, : self.step]
-        self.self_kv = self._buffer = grown
-        self._spare = None
+        slots = self.slots.new_zeros(*self.slots.shape[:2], capacity)
+        slots[:, :, : self.step] = self.slots[:, :, : self.step]
+        self.self_kv, self.slots = grown, slots
+
+
+def _run_length(source: list[int]) -> int:
+    """The common length of the runs of equal values in `source` if all runs have it, else 1."""
+    n, group = len(source), 1
+    while group < n and source[group] == source[0]:
+        group += 1
+    if n == 0 or n % group or any(source[i] != source[i - i % group] for i in range(n)):
+        return 1
+    return group
 
 
 class Transformer(nn.Module):
@@ -408,9 +425,10 @@ class Transformer(nn.Module):
         pages. On accelerators memory is committed at allocation, so there the capacity doubles."""
         cross_kv = torch.stack([torch.stack(layer.cross_attn.kv(memory)) for layer in self.decoder_layers])
         L, _, B, H, _, Dh = cross_kv.shape
-        capacity = max_len if memory.device.type == "cpu" else min(max_len, self.INITIAL_CACHE)
-        self_kv = cross_kv.new_empty(L, 2, B, H, max(1, capacity), Dh)
-        return DecoderCache(cross_kv, _attend_mask(src_pad_mask), self_kv, max_len=max_len)
+        capacity = max(1, max_len if memory.device.type == "cpu" else min(max_len, self.INITIAL_CACHE))
+        self_kv = cross_kv.new_empty(L, 2, B, H, capacity, 1, Dh)
+        slots = torch.zeros(B, 1, capacity, dtype=torch.long, device=memory.device)
+        return DecoderCache(cross_kv, _attend_mask(src_pad_mask), self_kv, slots, max_len=max_len)
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache,
                     need_attention: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -424,10 +442,11 @@ class Transformer(nn.Module):
         step = cache.step
         cache.reserve(step + 1)
         x = self._embed(self.tgt_embed, tokens[:, None], offset=step)
+        self_mask = cache.begin_step(x.dtype)
         weights = []
         for i, layer in enumerate(self.decoder_layers):
-            x, w = layer.step(x, cache.self_kv[i], step, cache.cross_kv[i], cache.memory_mask, need_attention,
-                              cache.group)
+            x, w = layer.step(x, cache.self_kv[i], step, cache.cross_kv[i], cache.memory_mask, self_mask,
+                              need_attention, cache.group)
             weights.append(w)
         cache.step = step + 1
         logits = self._project(self.decoder_norm(x[:, 0]))

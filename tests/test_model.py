@@ -196,6 +196,42 @@ def test_cache_reorder_then_step_equals_stepping_reordered_batch():
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("capacity_hint", [8, 2])  # 2: the cache must grow while groups are in use
+def test_beam_style_reorders_match_teacher_forcing(monkeypatch, capacity_hint):
+    """Beam search's use of the cache: one row per sentence, then K rows per sentence that pick parents
+    within their sentence (with repeats), and sentences leaving. Every step's logits must equal teacher
+    forcing of that row's own token history. Fresh buffers are NaN-filled: a masked slot that was never
+    written must still not poison the attention (0 * NaN)."""
+    real_new_empty = torch.Tensor.new_empty
+
+    def nan_empty(self, *size, **kwargs):
+        t = real_new_empty(self, *size, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch.Tensor, "new_empty", nan_empty)
+    model, K = make_model(pre_norm=True), 3
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        memory, mask = model.encode(SRC)
+        cache = model.init_cache(memory, mask, max_len=capacity_hint)
+        sentence, history = [0, 1, 2], [[BOS], [BOS], [BOS]]  # per row
+        for step in range(6):
+            tokens = torch.tensor([h[-1] for h in history])
+            logits, _ = model.decode_step(tokens, cache)
+            for row, (s, h) in enumerate(zip(sentence, history, strict=True)):
+                expected = model(SRC[s : s + 1], torch.tensor([h]))[0, -1]
+                torch.testing.assert_close(logits[row], expected, atol=1e-5, rtol=0)
+            alive = sorted(set(sentence)) if step != 3 else sorted(set(sentence))[::2]  # step 3: drop one
+            index = []
+            for s in alive:  # K new rows per sentence, each from a random row of that sentence
+                rows = [r for r, s2 in enumerate(sentence) if s2 == s]
+                index += [rows[int(torch.randint(len(rows), (1,), generator=g))] for _ in range(K)]
+            cache.reorder(torch.tensor(index))
+            assert cache.group == K and cache.batch_size == len(index)
+            sentence = [sentence[r] for r in index]
+            history = [history[r] + [int(torch.randint(4, V, (1,), generator=g))] for r in index]
+
+
 def test_dropout_only_in_training():
     model = make_model(dropout=0.3, attention_dropout=0.3, activation_dropout=0.3)
     with torch.no_grad():
