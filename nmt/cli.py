@@ -196,12 +196,14 @@ def translate(
     """Translate text, one output line per input line (stdin -> stdout by default)."""
     from nmt.translate import TranslateOptions, translate_file
 
-    cfg = _config(config, overrides, **{"decode.beam": beam, "decode.nbest": nbest,
-                                        "decode.length_penalty": length_penalty, "decode.max_tokens": max_tokens})
+    direct = {"decode.beam": beam, "decode.nbest": nbest, "decode.length_penalty": length_penalty,
+              "decode.max_tokens": max_tokens}
+    cfg = _config(config, overrides, **direct)
     opts = TranslateOptions(
         checkpoint=checkpoint, device=device, dtype=dtype, threads=threads, quantize=quantize,
         scores=scores, attention_dir=attention, attention_layer=attention_layer, all_heads=all_heads,
         encoder_attention=encoder_attention, alignment=alignment, progress=progress,
+        decode_overrides=list(overrides or []) + [f"{k}={v}" for k, v in direct.items() if v is not None],
     )
     translate_file(cfg, opts, input, output, config_given=config is not None)
 

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -20,7 +20,7 @@ import torch
 
 from nmt import checkpoint
 from nmt.batching import TokenBatchSampler, collate
-from nmt.config import Config, DecodeConfig, config_from_dict
+from nmt.config import Config, DecodeConfig, apply_dict, config_from_dict, parse_overrides
 from nmt.device import pick_device
 from nmt.errors import CheckpointError, NmtError
 from nmt.log import console
@@ -45,6 +45,9 @@ class TranslateOptions:
     encoder_attention: bool = False
     alignment: Path | None = None
     progress: bool | None = None
+    # The user's decode settings (--set and options) as section.key=value: without --config they apply on
+    # top of the checkpoint's own decode section (the beam and length penalty it was tuned with).
+    decode_overrides: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -213,6 +216,16 @@ def _output(path: Path | None) -> Iterator[IO[str]]:
         raise
 
 
+def checkpoint_decode(state: dict[str, Any], overrides: list[str], ckpt: Path) -> DecodeConfig:
+    """The checkpoint's decode settings (those of the config it was trained with), then `overrides`."""
+    cfg = Config()
+    apply_dict(cfg, {"decode": state["config"].get("decode") or {}}, origin=str(ckpt))
+    decode_only = [o for o in overrides if o.strip().startswith("decode.")]
+    if decode_only:
+        apply_dict(cfg, parse_overrides(decode_only), origin="--set")
+    return cfg.decode
+
+
 def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, output: Path | None,
                    config_given: bool = True) -> int:
     """The `nmt translate` command. Returns the number of lines translated."""
@@ -222,8 +235,10 @@ def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, outp
         raise NmtError(f"input file not found: {input}")
     ckpt = default_checkpoint(cfg, opts.checkpoint, config_given)
     console.print(f"loading {ckpt}")
-    translator = Translator.from_checkpoint(ckpt, cfg.decode, device=opts.device, dtype=opts.dtype,
-                                            quantize=opts.quantize, attention_layer=opts.attention_layer)
+    state = checkpoint.load(ckpt)
+    decode = cfg.decode if config_given else checkpoint_decode(state, opts.decode_overrides, ckpt)
+    translator = Translator(state, decode, device=opts.device, dtype=opts.dtype, quantize=opts.quantize,
+                            attention_layer=opts.attention_layer)
     need_attention = opts.attention_dir is not None or opts.alignment is not None
     show_bar = sys.stderr.isatty() if opts.progress is None else opts.progress
     warn = translator.warn
@@ -236,7 +251,7 @@ def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, outp
         count = 0
         lines = read_input(stream, str(input or "<stdin>"), warn)
         for count, result in enumerate(translator.stream(lines, need_attention=need_attention), 1):
-            out.write(format_translation(result, count, cfg.decode.nbest, opts.scores))
+            out.write(format_translation(result, count, decode.nbest, opts.scores))
             if visuals is not None:
                 visuals.add(count, result, translator)
             if count % 256 == 0:

@@ -169,6 +169,24 @@ def test_scores_and_nbest_output_formats(demo_run, tmp_path):
     assert [float(r[2]) for r in rows] == sorted((float(r[2]) for r in rows), reverse=True)
 
 
+def test_without_a_config_the_checkpoints_decode_settings_apply(demo_run, tmp_path):
+    state = checkpoint.load(demo_run / "averaged.pt")
+    state["config"]["decode"].update(beam=3, nbest=3)  # as if trained with a config asking for 3-best
+    ckpt = tmp_path / "nbest3.pt"
+    checkpoint.save(state, ckpt)
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_text("forty-two\n")
+
+    def lines(*overrides: str, config_given: bool = False) -> int:
+        opts = TranslateOptions(checkpoint=ckpt, decode_overrides=list(overrides))
+        translate_file(load_config(None, list(overrides)), opts, src, out, config_given=config_given)
+        return len(out.read_text(encoding="utf-8").splitlines())
+
+    assert lines() == 3  # the checkpoint's decode section
+    assert lines("decode.nbest=1") == 1  # --set / --nbest still override it
+    assert lines(config_given=True) == 1  # with --config, that config's decode section (nbest 1)
+
+
 def test_failed_run_leaves_no_partial_output(demo_run, tmp_path):
     out = tmp_path / "out.txt"
     with pytest.raises(NmtError):
