@@ -193,7 +193,12 @@ def translate(
     progress: Annotated[bool | None, typer.Option(
         "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).")] = None,
 ) -> None:
-    """Translate text, one output line per input line (stdin -> stdout by default)."""
+    """Translate text, one output line per input line (stdin -> stdout by default).
+
+    Without --config, the search settings (beam, length penalty, ...) are
+    those the checkpoint was trained with; --beam, --nbest, --length-penalty,
+    --max-tokens and --set decode.KEY=VALUE override them.
+    """
     from nmt.translate import TranslateOptions, translate_file
 
     direct = {"decode.beam": beam, "decode.nbest": nbest, "decode.length_penalty": length_penalty,
