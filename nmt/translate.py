@@ -218,6 +218,8 @@ def _output(path: Path | None) -> Iterator[IO[str]]:
 
 def checkpoint_decode(state: dict[str, Any], overrides: list[str], ckpt: Path) -> DecodeConfig:
     """The checkpoint's decode settings (those of the config it was trained with), then `overrides`."""
+    if not isinstance(state["config"], dict):
+        raise CheckpointError(f"{ckpt}: the checkpoint's config is not a mapping")
     cfg = Config()
     apply_dict(cfg, {"decode": state["config"].get("decode") or {}}, origin=str(ckpt))
     decode_only = [o for o in overrides if o.strip().startswith("decode.")]
