@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -30,6 +33,20 @@ def demo_data(tmp_path_factory, demo_raw) -> Path:
     cfg.train, cfg.valid, cfg.test = demo_raw["train"], demo_raw["valid"], demo_raw["test"]
     prepare(cfg, progress=False)
     return out
+
+
+def report_figures(request, line: str, record: dict[str, Any]) -> None:
+    """Print a suite's figures after its tests (shown even without -s) and, when NMT_FAULT_REPORT names a
+    file, append `record` to it as a JSON line."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.ensure_newline()
+            reporter.write_line(line)
+    if os.environ.get("NMT_FAULT_REPORT"):
+        with open(os.environ["NMT_FAULT_REPORT"], "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
 
 
 def tiny_config(data_dir: Path, run_dir: Path, *overrides: str) -> Config:

@@ -31,7 +31,7 @@ from nmt.cli import app
 from nmt.errors import CheckpointError, NmtError
 from nmt.train import Trainer, train
 
-from .conftest import tiny_config
+from .conftest import report_figures, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG = os.environ.get("NMT_LONG_TESTS") == "1"
@@ -72,19 +72,11 @@ main()
 
 
 @pytest.fixture(scope="module", autouse=True)
-def report_figures(request):
+def figures(request):
     yield
     injected = sum(FIGURES[k] for k in COUNTS)
     line = f"fault figures: faults injected {injected} (" + ", ".join(f"{k} {v}" for k, v in FIGURES.items()) + ")"
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is not None and capture is not None:
-        with capture.global_and_fixture_disabled():  # shown even without -s
-            reporter.ensure_newline()
-            reporter.write_line(line)
-    if os.environ.get("NMT_FAULT_REPORT"):
-        with open(os.environ["NMT_FAULT_REPORT"], "a", encoding="utf-8") as f:
-            f.write(json.dumps({"suite": "faults", "long": LONG, "faults injected": injected, **FIGURES}) + "\n")
+    report_figures(request, line, {"suite": "faults", "long": LONG, "faults injected": injected, **FIGURES})
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:

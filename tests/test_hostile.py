@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from nmt.cli import app
 from nmt.train import train
 
-from .conftest import tiny_config
+from .conftest import report_figures, tiny_config
 
 LONG = os.environ.get("NMT_LONG_TESTS") == "1"
 FIGURES = {"inputs tried": 0, "accepted": 0, "refused with one line": 0, "refused by the option parser": 0,
@@ -41,18 +41,10 @@ def examples(ci: int, long: int):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def report_figures(request):
+def figures(request):
     yield
     line = "hostile input figures: " + ", ".join(f"{k} {v}" for k, v in FIGURES.items())
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is not None and capture is not None:
-        with capture.global_and_fixture_disabled():  # shown even without -s
-            reporter.ensure_newline()
-            reporter.write_line(line)
-    if os.environ.get("NMT_FAULT_REPORT"):
-        with open(os.environ["NMT_FAULT_REPORT"], "a", encoding="utf-8") as f:
-            f.write(json.dumps({"suite": "hostile", "long": LONG, **FIGURES}) + "\n")
+    report_figures(request, line, {"suite": "hostile", "long": LONG, **FIGURES})
 
 
 class Hang(BaseException):
