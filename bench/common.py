@@ -91,9 +91,9 @@ def interleaved(contestants: dict[str, Callable[[], object]], repeats: int, warm
                 progress: bool = True, clock: str = "wall", pause: float = 0.3) -> dict[str, list[float]]:
     """Seconds per call of each contestant: `warmup` untimed rounds, then `repeats` timed rounds; each
     round calls every contestant once, the order reversed every other round. Between calls the script
-    sleeps `pause` seconds (untimed): OpenMP pools keep spinning for a while after their last task
-    (Intel's, which CTranslate2 uses, for 200 ms by default), which would steal cores from whoever runs
-    next.
+    sleeps `pause` seconds (untimed), so that a thread pool which spins for a while after its last task
+    (Intel OpenMP's default block time is 200 ms) cannot take cores from whoever runs next. (CTranslate2's
+    larger in-process effect is handled by running it in its own process, see bench/translate.py.)
 
     clock "wall" is elapsed time; "cpu" is the CPU time of this process (all its threads), which other
     processes' load disturbs far less - but with several threads it also counts their spin-waiting,
