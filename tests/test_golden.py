@@ -1,0 +1,102 @@
+"""Golden outputs: `nmt translate` on a fixed checkpoint must print exactly what it printed before.
+
+Guards against refactors (search, model, tokenizer, checkpoint loading, output formatting) silently changing
+translations: tests/data/demo-model.pt is a small demo model (conftest's demo_run recipe, training state
+dropped), and tests/data/demo-model.{greedy,beam5,nbest3}.txt are its translations of the demo test set
+(write_demo(..., seed=3), regenerated here) as the code printed them when they were made. Byte-identical, except the
+printed log-probabilities of --scores.
+
+To accept a deliberate change of output, regenerate the golden files with the new code and review the diff:
+    NMT_UPDATE_GOLDEN=1 python3 -m pytest tests/test_golden.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from nmt.cli import app
+from nmt.demo import write_demo
+
+DATA = Path(__file__).resolve().parent / "data"
+CHECKPOINT = DATA / "demo-model.pt"
+UPDATE = os.environ.get("NMT_UPDATE_GOLDEN") == "1"
+# sha256 of the regenerated test.en the golden files translate: a mismatch means nmt.demo changed, not translate
+SOURCE_SHA256 = "81c19637125d3058ac3518b6d6067d0e225c0e2e17a85892e18109baf83791f5"
+# the last printed digit of a score can flip on another CPU's fp32 kernels, so scores get a tolerance
+SCORE_TOL = 2e-4
+
+MODES = {
+    "greedy": ["--beam", "1"],
+    "beam5": ["--beam", "5"],
+    "nbest3": ["--beam", "5", "--nbest", "3", "--scores"],
+}
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Path:
+    raw = write_demo(tmp_path_factory.mktemp("golden-raw"), n_train=2000, n_valid=100, n_test=100, seed=3)
+    path = Path(raw["test"] + ".en")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digest == SOURCE_SHA256, (
+        f"the demo test set changed (sha256 {digest}): the golden outputs translate another input; if nmt.demo "
+        "changed on purpose, update SOURCE_SHA256 and regenerate the golden files (see the module docstring)")
+    return path
+
+
+def translate(source: Path, out: Path, options: list[str]) -> bytes:
+    args = ["translate", "--checkpoint", str(CHECKPOINT), *options, "--threads", "1", "--no-progress",
+            "--input", str(source), "--output", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, f"nmt {' '.join(args)}: exit {result.exit_code}\n{result.output[-3000:]}"
+    return out.read_bytes()
+
+
+def first_difference(got: list[str], want: list[str]) -> str:
+    for i, (g, w) in enumerate(zip(got, want, strict=False), 1):
+        if g != w:
+            return f"first difference at output line {i}:\n  got:    {g!r}\n  golden: {w!r}"
+    return f"{len(got)} output lines, golden has {len(want)}"
+
+
+def same_scored_lines(got: str, want: str) -> str | None:
+    """None when every tab-separated field but the last (the score) is identical and the scores agree within
+    SCORE_TOL, printed with as many decimals; otherwise a description of the first difference."""
+    got_lines, want_lines = got.split("\n"), want.split("\n")
+    if len(got_lines) != len(want_lines):
+        return first_difference(got_lines, want_lines)
+    for i, (g, w) in enumerate(zip(got_lines, want_lines, strict=True), 1):
+        if g == w:
+            continue
+        (*g_text, g_score), (*w_text, w_score) = g.split("\t"), w.split("\t")
+        if not (w_text and g_text == w_text and _close(g_score, w_score)):
+            return f"first difference at output line {i}:\n  got:    {g!r}\n  golden: {w!r}"
+    return None
+
+
+def _close(got: str, want: str) -> bool:
+    try:
+        close = abs(float(got) - float(want)) <= SCORE_TOL
+    except ValueError:
+        return False
+    return close and len(got.partition(".")[2]) == len(want.partition(".")[2])
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_translate_output_matches_golden(mode, source, tmp_path):
+    golden = DATA / f"demo-model.{mode}.txt"
+    got = translate(source, tmp_path / f"{mode}.txt", MODES[mode])
+    if UPDATE:
+        golden.write_bytes(got)
+        return
+    want = golden.read_bytes()
+    if mode == "nbest3":
+        problem = same_scored_lines(got.decode("utf-8"), want.decode("utf-8"))
+        assert problem is None, f"{golden.name}: {problem}"
+    else:
+        assert got == want, f"{golden.name}: " + first_difference(got.decode("utf-8", "replace").split("\n"),
+                                                                  want.decode("utf-8", "replace").split("\n"))
