@@ -8,6 +8,7 @@ them alike. Medians over the repeats are reported, and ratios are what to compar
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import sys
@@ -23,8 +24,10 @@ sys.path.insert(0, str(ROOT))  # run as `python bench/x.py` from anywhere withou
 
 from nmt.config import ModelConfig, load_config  # noqa: E402
 from nmt.model import Transformer  # noqa: E402
+from nmt.tokenizer import NMT_IDS  # noqa: E402
 
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
+# the special ids of every SentencePiece model nmt trains; the HF model is configured with the same ones
+PAD, UNK, BOS, EOS = NMT_IDS.pad, NMT_IDS.unk, NMT_IDS.bos, NMT_IDS.eos
 
 
 def model_config(name: str) -> ModelConfig:
@@ -37,10 +40,7 @@ def model_config(name: str) -> ModelConfig:
 
 def ours(cfg: ModelConfig, vocab: int, seed: int = 0) -> Transformer:
     torch.manual_seed(seed)
-    return Transformer(vocab, vocab, pad_id=PAD, d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff,
-                       encoder_layers=cfg.encoder_layers, decoder_layers=cfg.decoder_layers, dropout=cfg.dropout,
-                       attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout,
-                       pre_norm=cfg.pre_norm, max_positions=cfg.max_positions, share_all_embeddings=True)
+    return Transformer.from_config(dataclasses.replace(cfg, share_all_embeddings=True), vocab, vocab, pad_id=PAD)
 
 
 def marian(cfg: ModelConfig, vocab: int, seed: int = 0, attn: str = "sdpa"):

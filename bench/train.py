@@ -6,7 +6,7 @@ Usage (from the repository root):
     python bench/train.py --configs tiny --steps 10 --threads 2 --max-tokens 4096
     python bench/train.py --threads 1 --clock cpu        # CPU-time clock: steadier on a busy shared machine
 
-One update = forward, label-smoothed loss (`nmt.train.label_smoothed_loss`, epsilon 0.1), backward of
+One update = forward, label-smoothed loss (`nmt.loss.label_smoothed_loss`, epsilon 0.1), backward of
 loss / target tokens, and an Adam step (betas 0.9/0.98, eps 1e-9, as configs/base.yaml; the fused kernel
 that `nmt train` uses, for both models alike), both models in train() mode with dropout from the config.
 Both get the same random batch: `--max-tokens` / 32 rows, source 21..30 tokens + EOS, target 22..31
@@ -27,7 +27,8 @@ import argparse
 import torch
 from common import BOS, PAD, OtherLoad, interleaved, marian, median, model_config, ours, random_batch, table
 
-from nmt.train import adam, label_smoothed_loss
+from nmt.loss import label_smoothed_loss
+from nmt.optim import adam
 
 
 def make_batch(max_tokens: int, vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -43,7 +44,7 @@ def update_fn(model, forward, optimizer, batch, epsilon: float):
     def update() -> None:
         optimizer.zero_grad(set_to_none=True)
         logits = forward(model, batch)
-        loss, _ = label_smoothed_loss(logits, batch["tgt_out"], epsilon)
+        loss, _ = label_smoothed_loss(logits, batch["tgt_out"], epsilon, PAD)
         (loss / batch["ntok"]).backward()
         optimizer.step()
 

@@ -95,7 +95,8 @@ def ours_fn(model, src, length):
 
     def run():
         with torch.inference_mode():
-            return beam_search(wrapped, src, beam=BEAM, length_penalty=ALPHA, max_len_a=0.0, max_len_b=length)
+            return beam_search(wrapped, src, beam=BEAM, length_penalty=ALPHA, max_len_a=0.0, max_len_b=length,
+                               bos=BOS, eos=EOS, pad=PAD)
 
     def check(result):
         return all(len(h[0].tokens) == length for h in result)

@@ -242,7 +242,7 @@ def _column(dataset: Any, name: str) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------
 @dataclass
 class Batch:
-    """A padded batch. ``src`` = ids + EOS; ``tgt_in`` = BOS + ids; ``tgt_out`` = ids + EOS; pad = 0."""
+    """A padded batch. ``src`` = ids + EOS; ``tgt_in`` = BOS + ids; ``tgt_out`` = ids + EOS; right-padded."""
 
     src: torch.Tensor  # [B, S] long
     tgt_in: torch.Tensor  # [B, T] long
@@ -269,6 +269,22 @@ class Batch:
         return Batch(**moved)
 
 
+def split_batch(batch: Batch, pad: int) -> list[Batch]:
+    """The two halves (by sentences) of a batch of >= 2 sentences, each trimmed to its own padding."""
+    half = len(batch) // 2
+    pieces = []
+    for rows in (slice(0, half), slice(half, len(batch))):
+        src, tgt_in, tgt_out = batch.src[rows], batch.tgt_in[rows], batch.tgt_out[rows]
+        src_width = int((src != pad).sum(1).max())
+        tgt_width = int((tgt_out != pad).sum(1).max())
+        pieces.append(Batch(
+            src=src[:, :src_width], tgt_in=tgt_in[:, :tgt_width], tgt_out=tgt_out[:, :tgt_width],
+            n_src_tokens=int((src != pad).sum()), n_tgt_tokens=int((tgt_out != pad).sum()),
+            index=batch.index[rows],
+        ))
+    return pieces
+
+
 def _pad_rows(seqs: Sequence[Sequence[int]], width_extra: int, offset: int, pad: int) -> tuple:
     """Rows of ``seqs`` in a [B, max_len + width_extra] array starting at column ``offset``."""
     lens = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
@@ -285,9 +301,9 @@ def collate(
     tgt_ids: Sequence[Sequence[int]],
     indices: Sequence[int] | np.ndarray | torch.Tensor | None = None,
     *,
-    pad: int = 0,
-    bos: int = 2,
-    eos: int = 3,
+    pad: int,
+    bos: int,
+    eos: int,
 ) -> Batch:
     """Pad a list of (src, tgt) id sequences (without BOS/EOS) into a Batch, right-padded with ``pad``."""
     if len(src_ids) != len(tgt_ids):
@@ -315,12 +331,22 @@ def collate(
     )
 
 
-def batches_from_dataset(
-    dataset: Any, sampler: Any, *, pad: int = 0, bos: int = 2, eos: int = 3
-) -> Iterator[Batch]:
-    """Fetch each batch of ``sampler`` from ``dataset`` (``dataset[list] -> {column: [rows]}``) and collate.
+def batches_from_dataset(dataset: Any, sampler: Any, special: Any) -> Iterator[Batch]:
+    """Fetch each batch of ``sampler`` from ``dataset`` (``dataset[list] -> {column: [rows]}``) and collate
+    with the ``special`` ids (``.pad/.bos/.eos``, the tokenizer's).
 
     Synchronous on purpose: the sampler's position then equals the batches handed to training."""
     for idx in sampler:
         cols = dataset[idx]
-        yield collate(cols["src_ids"], cols["tgt_ids"], idx, pad=pad, bos=bos, eos=eos)
+        yield collate(cols["src_ids"], cols["tgt_ids"], idx, pad=special.pad, bos=special.bos, eos=special.eos)
+
+
+def source_batches(sources: Sequence[Sequence[int]], max_tokens: int,
+                   special: Any) -> Iterator[tuple[list[int], Batch]]:
+    """Sources alone (translation, validation BLEU: no targets) in length-sorted batches of at most
+    ``max_tokens`` padded tokens; yields (positions in ``sources``, batch)."""
+    sampler = TokenBatchSampler([len(s) for s in sources], [0] * len(sources), max_tokens, shuffle=False)
+    for idx in sampler:
+        rows = [int(i) for i in idx]
+        yield rows, collate([sources[i] for i in rows], [[] for _ in rows], pad=special.pad, bos=special.bos,
+                            eos=special.eos)

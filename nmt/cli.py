@@ -12,6 +12,11 @@ import typer
 
 from nmt.errors import NmtError
 
+try:  # Typer >= 0.22 carries its own click, whose exceptions all derive from this public class
+    from typer import TyperException as ParserError
+except ImportError:  # older Typer runs on click itself
+    from click import ClickException as ParserError
+
 app = typer.Typer(
     name="nmt",
     help="Train and run Transformer translation models: prepare -> train -> translate -> score.",
@@ -66,12 +71,16 @@ def user_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _config(config: Path | None, overrides: list[str] | None, **direct: Any):
-    """Config file <- --set <- dedicated options (given as section.key=value when not None)."""
+def _settings(overrides: list[str] | None, **direct: Any) -> list[str]:
+    """--set values, then the dedicated options that were given, all as section.key=value."""
+    return list(overrides or []) + [f"{k}={v}" for k, v in direct.items() if v is not None]
+
+
+def _config(config: Path | None, settings: list[str]):
+    """Config file <- --set <- dedicated options."""
     from nmt.config import load_config
 
-    extra = [f"{k}={v}" for k, v in direct.items() if v is not None]
-    return load_config(config, list(overrides or []) + extra)
+    return load_config(config, settings)
 
 
 @app.command()
@@ -94,23 +103,13 @@ def prepare(
     force: Annotated[bool, typer.Option(help="Overwrite a data dir that holds a different preparation.")] = False,
 ) -> None:
     """Clean parallel text, train SentencePiece and store encoded, length-indexed data."""
-    from nmt.prepare import prepare as run_prepare
+    from nmt import prepare as command
 
-    cfg = _config(config, overrides, **{
+    cfg = _config(config, _settings(overrides, **{
         "data.train": train, "data.valid": valid, "data.test": test, "data.src_lang": src_lang,
         "data.tgt_lang": tgt_lang, "data.dir": data_dir, "data.vocab_size": vocab_size, "data.num_proc": num_proc,
-    })
-    if demo:
-        from nmt.demo import write_demo
-
-        raw = Path(cfg.data.dir + "-raw")
-        prefixes = write_demo(raw, seed=cfg.data.seed, src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang)
-        cfg.data.train, cfg.data.valid, cfg.data.test = prefixes["train"], prefixes["valid"], prefixes["test"]
-        typer.echo(f"demo corpus written to {raw}", err=True)
-    if cfg.data.train is None:
-        raise NmtError("no training data: pass --train (or data.train in the config), or --demo")
-    meta = run_prepare(cfg.data, force=force)
-    typer.echo(f"prepared {cfg.data.dir}: {meta['splits']['train']['pairs']:,} training pairs", err=True)
+    }))
+    command.run(cfg, demo=demo, force=force)
 
 
 @app.command()
@@ -129,19 +128,13 @@ def train(
 
     Multi-GPU / multi-process: torchrun --nproc_per_node N -m nmt train --config ...
     """
-    from nmt.train import train as run_train
+    from nmt import train as command
 
-    cfg = _config(config, overrides, **{"data.dir": data_dir, "train.run_dir": run_dir})
+    cfg = _config(config, _settings(overrides, **{"data.dir": data_dir, "train.run_dir": run_dir}))
     try:
-        summary = run_train(cfg, force=force, progress=progress)
+        command.run(cfg, force=force, progress=progress)
     except BrokenPipeError:  # `nmt train 2>&1 | head`: the log reader left and the run stopped unfinished
         raise typer.Exit(141) from None  # 128 + SIGPIPE, as a shell reports it; never 0 (= finished)
-    best = f", best {cfg.train.best_metric} {summary['best']:.2f}" if summary["best"] is not None else ""
-    skipped = [f"{summary[key]} {what}" for key, what in (
-        ("skipped_updates", "updates skipped"), ("oom_splits", "out-of-memory batch splits"),
-        ("oom_skipped", "sentences skipped for memory")) if summary.get(key)]
-    typer.echo(f"done: {summary['step']} updates in {summary['elapsed'] / 60:.1f} min{best}"
-               f"{''.join(', ' + x for x in skipped)}; checkpoints in {cfg.train.run_dir}", err=True)
 
 
 @app.command()
@@ -153,11 +146,10 @@ def average(
     last: Annotated[int | None, typer.Option(help="How many newest checkpoints (train.average_last).")] = None,
 ) -> None:
     """Average the last K checkpoints of a run into averaged.pt (as in the paper)."""
-    from nmt.train import average_run
+    from nmt import train as command
 
-    cfg = _config(config, overrides, **{"train.run_dir": run_dir})
-    out = average_run(cfg.train.run_dir, cfg.train.average_last if last is None else last)
-    typer.echo(f"wrote {out}", err=True)
+    cfg = _config(config, _settings(overrides, **{"train.run_dir": run_dir}))
+    command.average(cfg.train.run_dir, cfg.train.average_last if last is None else last)
 
 
 @app.command()
@@ -201,16 +193,15 @@ def translate(
     """
     from nmt.translate import TranslateOptions, translate_file
 
-    direct = {"decode.beam": beam, "decode.nbest": nbest, "decode.length_penalty": length_penalty,
-              "decode.max_tokens": max_tokens}
-    cfg = _config(config, overrides, **direct)
+    settings = _settings(overrides, **{"decode.beam": beam, "decode.nbest": nbest,
+                                       "decode.length_penalty": length_penalty, "decode.max_tokens": max_tokens})
     opts = TranslateOptions(
         checkpoint=checkpoint, device=device, dtype=dtype, threads=threads, quantize=quantize,
         scores=scores, attention_dir=attention, attention_layer=attention_layer, all_heads=all_heads,
         encoder_attention=encoder_attention, alignment=alignment, progress=progress,
-        decode_overrides=list(overrides or []) + [f"{k}={v}" for k, v in direct.items() if v is not None],
+        config_given=config is not None, decode_overrides=settings,
     )
-    translate_file(cfg, opts, input, output, config_given=config is not None)
+    translate_file(_config(config, settings), opts, input, output)
 
 
 @app.command()
@@ -225,14 +216,10 @@ def score(
     json_out: Annotated[bool, typer.Option("--json", help="One JSON line instead of text.")] = False,
 ) -> None:
     """Score a translation against references with sacreBLEU (BLEU, chrF, TER)."""
-    from nmt.score import format_json, format_text, read_lines
-    from nmt.score import score as run_score
+    from nmt import score as command
 
-    hyps = read_lines(hyp if hyp is not None else sys.stdin)
-    refs = [read_lines(r) for r in ref]
-    result = run_score(hyps, refs, metrics=tuple(m.strip() for m in metrics.split(",") if m.strip()),
-                       tokenize=tokenize, lowercase=lowercase, ref_names=[str(r) for r in ref])
-    typer.echo(format_json(result) if json_out else format_text(result))
+    typer.echo(command.run(ref, hyp, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
+                           tokenize=tokenize, lowercase=lowercase, json_out=json_out))
 
 
 @app.command()
@@ -245,31 +232,24 @@ def plot(
     """Plot training/validation curves (loss, perplexity, BLEU, learning rate) to a PNG (needs nmt[plot])."""
     from nmt.plot import plot_curves
 
-    out = plot_curves(run_dir, output or run_dir / "curves.png")
-    typer.echo(f"wrote {out}", err=True)
+    typer.echo(f"wrote {plot_curves(run_dir, output or run_dir / 'curves.png')}", err=True)
 
 
 def main(args: list[str] | None = None) -> None:
     """The `nmt` entry point. Runs the app like Typer does, except that an option-parser mistake (a bad
     value, an unknown option or command) is one `error:` line like every other user error, instead of
     a usage box; a bare `nmt` still prints the help."""
-    try:  # Typer >= 0.22 carries its own copy of click
-        from typer._click import exceptions as click_errors
-    except ImportError:
-        from click import exceptions as click_errors
-
     command = typer.main.get_command(app)
+    argv = sys.argv[1:] if args is None else list(args)
+    if not argv:  # a bare `nmt`: the help, with click's no_args_is_help exit status
+        command.main(args=["--help"], prog_name="nmt", standalone_mode=False)
+        sys.exit(2)
     try:
-        code = command.main(args=args, prog_name="nmt", standalone_mode=False)
-    except getattr(click_errors, "NoArgsIsHelpError", ()) as e:
-        e.show()
-        code = e.exit_code
-    except click_errors.UsageError as e:
-        where = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
+        code = command.main(args=argv, prog_name="nmt", standalone_mode=False)
+    except ParserError as e:
+        ctx = getattr(e, "ctx", None)  # usage errors know their command
+        where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
         _err(" ".join(e.format_message().split()) + where)
-        code = e.exit_code
-    except click_errors.ClickException as e:
-        _err(" ".join(e.format_message().split()))
         code = e.exit_code
     except typer.Abort:
         _err("aborted")

@@ -6,7 +6,6 @@ that names the key and suggests the closest valid one.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import math
 import types
@@ -17,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from nmt.errors import ConfigError
+from nmt.errors import ConfigError, first_line
 
 
 @dataclass
@@ -216,7 +215,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         try:
             data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         except (yaml.YAMLError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+            raise ConfigError(f"{p}: not valid YAML ({first_line(e)})") from None
         apply_dict(cfg, data, origin=str(p))
     if overrides:
         apply_dict(cfg, parse_overrides(overrides), origin="--set")
@@ -229,47 +228,67 @@ def config_from_dict(data: dict[str, Any]) -> Config:
 
 
 def validate(cfg: Config) -> None:
-    """Cross-field and range checks, each a one-line error naming the key."""
-    checks: list[tuple[bool, str]] = [
-        (cfg.data.vocab_size >= 8, "data.vocab_size must be >= 8"),
-        (cfg.data.spm_type in ("bpe", "unigram"), "data.spm_type must be 'bpe' or 'unigram'"),
-        (cfg.data.max_len > 0, "data.max_len must be > 0"),
-        (cfg.data.max_ratio >= 1.0, "data.max_ratio must be >= 1"),
-        (0 < cfg.data.character_coverage <= 1, "data.character_coverage must be in (0, 1]"),
-        (cfg.data.num_proc >= 1, "data.num_proc must be >= 1"),
-        (cfg.data.normalize in (None, "NFC", "NFKC", "NFD", "NFKD"),
-         "data.normalize must be NFC/NFKC/NFD/NFKD or null"),
-        (cfg.model.d_model > 0 and cfg.model.d_model % max(cfg.model.n_heads, 1) == 0,
+    """Every rule on config values lives here (one function per section), each a one-line ConfigError
+    naming the key. Called whenever a config is loaded or rebuilt."""
+    validate_data(cfg.data)
+    validate_model(cfg.model)
+    validate_train(cfg.train)
+    validate_decode(cfg.decode)
+
+
+def _check(checks: list[tuple[bool, str]]) -> None:
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+
+
+def validate_data(d: DataConfig) -> None:
+    """Also called by `prepare` itself, which may be handed a DataConfig built in code."""
+    _check([
+        (d.src_lang != d.tgt_lang, f"data.src_lang and data.tgt_lang are both '{d.src_lang}'"),
+        (d.vocab_size >= 8, "data.vocab_size must be >= 8"),
+        (d.spm_type in ("bpe", "unigram"), "data.spm_type must be 'bpe' or 'unigram'"),
+        (d.max_len > 0, "data.max_len must be > 0"),
+        (d.max_ratio >= 1.0, "data.max_ratio must be >= 1"),
+        (0 < d.character_coverage <= 1, "data.character_coverage must be in (0, 1]"),
+        (d.num_proc >= 1, "data.num_proc must be >= 1"),
+        (d.spm_sample > 100, f"SentencePiece sample cap {d.spm_sample} is too small (data.spm_sample must be > 100)"),
+        (d.normalize in (None, "NFC", "NFKC", "NFD", "NFKD"), "data.normalize must be NFC/NFKC/NFD/NFKD or null"),
+        (0 <= d.seed < 2**32, f"data.seed must be in [0, 2**32), got {d.seed}"),  # numpy would raise
+    ])
+
+
+def validate_model(m: ModelConfig) -> None:
+    _check([
+        (m.d_model > 0 and m.d_model % max(m.n_heads, 1) == 0,
          "model.d_model must be a positive multiple of model.n_heads"),
-        (cfg.model.n_heads > 0, "model.n_heads must be > 0"),
-        (cfg.model.d_ff > 0, "model.d_ff must be > 0"),
-        (cfg.model.encoder_layers > 0 and cfg.model.decoder_layers > 0, "model.*_layers must be > 0"),
-        (all(0 <= p < 1 for p in (cfg.model.dropout, cfg.model.attention_dropout, cfg.model.activation_dropout)),
+        (m.n_heads > 0, "model.n_heads must be > 0"),
+        (m.d_ff > 0, "model.d_ff must be > 0"),
+        (m.encoder_layers > 0 and m.decoder_layers > 0, "model.*_layers must be > 0"),
+        (all(0 <= p < 1 for p in (m.dropout, m.attention_dropout, m.activation_dropout)),
          "model dropouts must be in [0, 1)"),
-        (cfg.model.max_positions > 0, "model.max_positions must be > 0"),
-        (cfg.train.amp in ("auto", "bf16", "fp16", "none"), "train.amp must be auto|bf16|fp16|none"),
-        (cfg.train.schedule in ("inverse_sqrt", "noam"), "train.schedule must be inverse_sqrt|noam"),
-        (cfg.train.max_tokens > 0, "train.max_tokens must be > 0"),
-        (cfg.train.update_freq >= 1, "train.update_freq must be >= 1"),
-        (cfg.train.max_updates >= 0, "train.max_updates must be >= 0"),
-        (cfg.train.max_minutes >= 0, "train.max_minutes must be >= 0"),
-        (cfg.train.lr > 0, "train.lr must be > 0"),
-        (cfg.train.warmup >= 0, "train.warmup must be >= 0"),
-        (len(cfg.train.betas) == 2, "train.betas must be a list of two floats"),
-        (0 <= cfg.train.label_smoothing < 1, "train.label_smoothing must be in [0, 1)"),
-        (cfg.train.best_metric in ("bleu", "loss"), "train.best_metric must be bleu|loss"),
-        (cfg.train.log_every > 0 and cfg.train.valid_every > 0 and cfg.train.save_every > 0,
+        (m.max_positions > 0, "model.max_positions must be > 0"),
+    ])
+
+
+def validate_train(t: TrainConfig) -> None:
+    _check([
+        (t.amp in ("auto", "bf16", "fp16", "none"), "train.amp must be auto|bf16|fp16|none"),
+        (t.schedule in ("inverse_sqrt", "noam"), "train.schedule must be inverse_sqrt|noam"),
+        (t.max_tokens > 0, "train.max_tokens must be > 0"),
+        (t.update_freq >= 1, "train.update_freq must be >= 1"),
+        (t.max_updates >= 0, "train.max_updates must be >= 0"),
+        (t.max_minutes >= 0, "train.max_minutes must be >= 0"),
+        (t.lr > 0, "train.lr must be > 0"),
+        (t.warmup >= 0, "train.warmup must be >= 0"),
+        (len(t.betas) == 2, "train.betas must be a list of two floats"),
+        (0 <= t.label_smoothing < 1, "train.label_smoothing must be in [0, 1)"),
+        (t.best_metric in ("bleu", "loss"), "train.best_metric must be bleu|loss"),
+        (t.log_every > 0 and t.valid_every > 0 and t.save_every > 0,
          "train.log_every/valid_every/save_every must be > 0"),
-        (cfg.train.keep_last >= 1, "train.keep_last must be >= 1"),
-        (cfg.train.max_bad_updates >= 1, "train.max_bad_updates must be >= 1"),
-        (cfg.decode.beam >= 1, "decode.beam must be >= 1"),
-        (1 <= cfg.decode.nbest <= cfg.decode.beam, "decode.nbest must be between 1 and decode.beam"),
-        (cfg.decode.max_tokens > 0 and cfg.decode.chunk_lines > 0, "decode.max_tokens/chunk_lines must be > 0"),
-        (cfg.decode.max_input_tokens > 0, "decode.max_input_tokens must be > 0"),
-    ]
-    t = cfg.train
-    checks += [  # values torch/numpy/SentencePiece would reject with a traceback
-        (0 <= cfg.data.seed < 2**32, f"data.seed must be in [0, 2**32), got {cfg.data.seed}"),
+        (t.keep_last >= 1, "train.keep_last must be >= 1"),
+        (t.max_bad_updates >= 1, "train.max_bad_updates must be >= 1"),
+        # values torch/numpy would reject with a traceback
         (0 <= t.seed < 2**32, f"train.seed must be in [0, 2**32), got {t.seed}"),
         (all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in t.betas),
          f"train.betas must be two numbers in [0, 1), got {t.betas}"),
@@ -277,18 +296,13 @@ def validate(cfg: Config) -> None:
         (t.weight_decay >= 0, f"train.weight_decay must be >= 0, got {t.weight_decay}"),
         (math.isfinite(t.lr), f"train.lr must be finite, got {t.lr}"),
         (0 <= t.warmup_init_lr < math.inf, f"train.warmup_init_lr must be finite and >= 0, got {t.warmup_init_lr}"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise ConfigError(message)
+    ])
 
 
-def dump_yaml(cfg: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
-
-
-def replace_section(cfg: Config, section: str, **changes: Any) -> Config:
-    """A copy of cfg with some keys of one section changed."""
-    new = dataclasses.replace(cfg)
-    setattr(new, section, dataclasses.replace(getattr(cfg, section), **changes))
-    return new
+def validate_decode(d: DecodeConfig) -> None:
+    _check([
+        (d.beam >= 1, "decode.beam must be >= 1"),
+        (1 <= d.nbest <= d.beam, "decode.nbest must be between 1 and decode.beam"),
+        (d.max_tokens > 0 and d.chunk_lines > 0, "decode.max_tokens/chunk_lines must be > 0"),
+        (d.max_input_tokens > 0, "decode.max_input_tokens must be > 0"),
+    ])

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from nmt.errors import NmtError
+from nmt.errors import NmtError, first_line
 
 RATIO_MIN_TOKENS = 6
 LOCAL_DATA_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -167,13 +167,8 @@ def read_pairs(spec: str, src_lang: str, tgt_lang: str, *, hf_config: str | None
             where = f"local file '{spec}'"
         else:
             where = f"Hugging Face dataset '{spec}' (and no local files {spec}.{src_lang}/.{tgt_lang})"
-        raise NmtError(f"cannot load {where}: {_first_line(e)}") from None
+        raise NmtError(f"cannot load {where}: {first_line(e)}") from None
     return _row_pairs(rows, rows.column_names, spec, *columns)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:300]
 
 
 def _decode(raw: bytes, path: Path, lineno: int) -> str:
@@ -213,7 +208,7 @@ def _disk_pairs(path: Path, split: str, *columns: str | None) -> Iterator[tuple[
     try:
         data = datasets.load_from_disk(str(path))
     except Exception as e:
-        raise NmtError(f"cannot load datasets directory {path}: {_first_line(e)}") from None
+        raise NmtError(f"cannot load datasets directory {path}: {first_line(e)}") from None
     if isinstance(data, datasets.DatasetDict):
         if split not in data:
             raise NmtError(f"{path} has no split '{split}' (available: {', '.join(data)})")
@@ -266,7 +261,7 @@ def _row_pairs(rows: Iterable[dict[str, Any]], columns: list[str] | None, name: 
         try:
             pair = _as_text(get_src(row)), _as_text(get_tgt(row))
         except (KeyError, TypeError, IndexError) as e:
-            raise NmtError(f"dataset {name}: row {index} lacks the text field ({_first_line(e)})") from None
+            raise NmtError(f"dataset {name}: row {index} lacks the text field ({first_line(e)})") from None
         yield pair
 
 

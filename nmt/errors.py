@@ -11,3 +11,12 @@ class ConfigError(NmtError):
 
 class CheckpointError(NmtError):
     """A checkpoint that is missing, truncated, corrupt or of another version."""
+
+
+def first_line(error: BaseException | str, limit: int = 300) -> str:
+    """The first line of an exception's (or a library message's) text, for one-line errors; the
+    exception's type name when it has no text."""
+    text = str(error).strip()
+    if not text:
+        return type(error).__name__ if isinstance(error, BaseException) else "unknown error"
+    return text.splitlines()[0][:limit]

@@ -3,17 +3,16 @@ with train.tensorboard, the same numbers as TensorBoard scalars in RUN_DIR/tenso
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from nmt.errors import NmtError
+from nmt.rundir import RunDir
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -21,11 +20,11 @@ console = Console(stderr=True, highlight=False, soft_wrap=True)
 class Reporter:
     """Everything the trainer tells the user. Silent on non-zero DDP ranks."""
 
-    def __init__(self, run_dir: Path, *, enabled: bool = True, progress: bool | None = None,
+    def __init__(self, run_dir: RunDir, *, enabled: bool = True, progress: bool | None = None,
                  tensorboard: bool = False):
         self.enabled = enabled
-        self.metrics_path = run_dir / "metrics.jsonl"
-        self.tensorboard_dir = run_dir / "tensorboard"
+        self.run_dir = run_dir
+        self.tensorboard_dir = run_dir.path / "tensorboard"
         self.writer_class: Any = _summary_writer() if enabled and tensorboard else None
         self.writer: Any = None  # created on first use, so that a resume can purge the steps it redoes
         self.purge_step: int | None = None
@@ -50,9 +49,7 @@ class Reporter:
     def _write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.metrics_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        self.run_dir.append_metrics(record)
         if self.writer_class is not None:
             self._scalars(record)
 
@@ -68,16 +65,8 @@ class Reporter:
     def truncate_metrics(self, step: int) -> None:
         """After a resume, forget records logged after the checkpoint we resumed from."""
         self.purge_step = step + 1
-        if not self.enabled or not self.metrics_path.is_file():
-            return
-        keep = []
-        for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
-            try:
-                if json.loads(line).get("step", 0) <= step:
-                    keep.append(line)
-            except json.JSONDecodeError:  # a line cut by a kill
-                continue
-        self.metrics_path.write_text("".join(k + "\n" for k in keep), encoding="utf-8")
+        if self.enabled:
+            self.run_dir.truncate_metrics(step)
 
     # ---- progress
     def start(self, total: int, done: int) -> None:

@@ -3,7 +3,7 @@
 Read top-down like the paper: positional encoding (§3.5), multi-head attention (§3.2), the
 position-wise feed-forward network (§3.3), encoder and decoder layers (§3.1), and the model with
 shared embeddings (§3.4). Search drives the decoder one position at a time through
-`init_cache` / `decode_step`; `DecoderCache` holds that incremental state.
+`init_cache` / `decode_step`; `DecoderCache` (nmt/decoding.py) holds that incremental state.
 
 Shapes: B batch rows, S source length, T target length, D d_model, H heads, Dh = D / H,
 L decoder layers, V vocabulary. Masks handed to `scaled_dot_product_attention` are boolean with
@@ -12,12 +12,15 @@ True = "may be attended to"; the padding masks this module returns are True = pa
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from nmt.decoding import DecoderCache
 
 
 def sinusoidal_positions(max_positions: int, d_model: int) -> Tensor:
@@ -235,101 +238,6 @@ class DecoderLayer(_Residual):
         return x, weights
 
 
-@dataclass
-class DecoderCache:
-    """Incremental decoding state of N rows (sentences, or sentences x beams) in G groups of `group` rows
-    that share a source. Beam search keeps the beams of a sentence together, so after its first step
-    group = beam size; any other reorder falls back to group = 1.
-
-    cross_kv:    [L, 2, G, H, S, Dh] keys/values of the encoder output for every decoder layer, computed
-                 once in `init_cache`: one copy per group, not per beam.
-    memory_mask: [G, 1, 1, S] bool, True where the source token is real (SDPA convention).
-    self_kv:     [L, 2, G, H, capacity, W, Dh] keys/values of target positions, W slots per group and
-                 position: at position p, row q of a group wrote slot q. The capacity grows (doubling, up
-                 to the `max_len` hint, further only if needed); see `Transformer.init_cache`.
-    slots:       [G, group, capacity] which slot holds position p of row q's own history. A beam reorder
-                 only rewrites this small index (a beam inherits its parent's history by reference), so
-                 the keys/values are copied only when sentences leave the batch or the group widens.
-    max_len:     expected number of steps.
-    step:        positions decoded so far = position of the next token.
-    """
-
-    cross_kv: Tensor
-    memory_mask: Tensor
-    self_kv: Tensor
-    slots: Tensor
-    max_len: int
-    step: int = 0
-    group: int = 1
-
-    @property
-    def batch_size(self) -> int:
-        return self.slots.size(0) * self.group
-
-    def begin_step(self, dtype: torch.dtype) -> Tensor | None:
-        """Record that each row writes its own slot at this step; return the additive self-attention mask
-        [G, 1, group, (step + 1) * W] over the group's keys (None while every group has one slot)."""
-        step, W = self.step, self.self_kv.size(5)
-        self.slots[:, :, step] = torch.arange(self.group, device=self.slots.device)
-        if W == 1:
-            return None
-        G, Q = self.slots.shape[:2]
-        own = self.slots[:, :, : step + 1, None] == torch.arange(W, device=self.slots.device)
-        mask = torch.zeros(G, 1, Q, (step + 1) * W, dtype=dtype, device=self.self_kv.device)
-        return mask.masked_fill_(~own.view(G, 1, Q, -1), float("-inf"))
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep rows `index` in that order (repeats allowed, may be shorter or longer than N): beams are
-        reordered and finished sentences dropped at once. Within groups only `slots` is gathered; the
-        keys/values are copied only when groups are dropped, repeated or reordered, or widen."""
-        index = index.to(self.slots.device)
-        rows = index.tolist()
-        source = [r // self.group for r in rows]
-        group = _run_length(source)
-        keep = source[::group]
-        keep_t = torch.tensor(keep, dtype=torch.long, device=self.slots.device)
-        within = (index % self.group).view(len(keep), group)
-        self.slots = self.slots[keep_t[:, None], within]
-        W = self.self_kv.size(5)
-        if keep != list(range(self.cross_kv.size(2))) or group > W:
-            L, _, _, H, capacity, _, Dh = self.self_kv.shape
-            kv = self.self_kv.new_empty(L, 2, len(keep), H, capacity, max(W, group), Dh)
-            if self.step:
-                kv[:, :, :, :, : self.step, :W] = self.self_kv[:, :, :, :, : self.step].index_select(2, keep_t)
-                kv[:, :, :, :, : self.step, W:] = 0  # new slots: masked, and must not hold NaN garbage
-            self.self_kv = kv
-            self.cross_kv = self.cross_kv.index_select(2, keep_t)
-            self.memory_mask = self.memory_mask.index_select(0, keep_t)
-        self.group = group
-
-    def _capacity(self, positions: int) -> int:
-        """Capacity for `positions`: the current one while it suffices, else doubled (up to max_len)."""
-        capacity = self.self_kv.size(4)
-        return capacity if positions <= capacity else max(positions, min(2 * capacity, self.max_len))
-
-    def reserve(self, positions: int) -> None:
-        """Make room for `positions` target positions, doubling the capacity when it runs out."""
-        capacity = self._capacity(positions)
-        if capacity == self.self_kv.size(4):
-            return
-        L, _, G, H, _, W, Dh = self.self_kv.shape
-        grown = self.self_kv.new_empty(L, 2, G, H, capacity, W, Dh)
-        grown[:, :, :, :, : self.step] = self.self_kv[:, :, :, :, : self.step]
-        slots = self.slots.new_zeros(*self.slots.shape[:2], capacity)
-        slots[:, :, : self.step] = self.slots[:, :, : self.step]
-        self.self_kv, self.slots = grown, slots
-
-
-def _run_length(source: list[int]) -> int:
-    """The common length of the runs of equal values in `source` if all runs have it, else 1."""
-    n, group = len(source), 1
-    while group < n and source[group] == source[0]:
-        group += 1
-    if n == 0 or n % group or any(source[i] != source[i - i % group] for i in range(n)):
-        return 1
-    return group
-
-
 class Transformer(nn.Module):
     """Encoder-decoder Transformer. Keyword names equal the fields of `nmt.config.ModelConfig`.
 
@@ -343,7 +251,7 @@ class Transformer(nn.Module):
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_heads: int = 8,
                  d_ff: int = 2048, encoder_layers: int = 6, decoder_layers: int = 6, dropout: float = 0.1,
                  attention_dropout: float = 0.0, activation_dropout: float = 0.0, pre_norm: bool = False,
-                 max_positions: int = 1024, share_all_embeddings: bool = True, pad_id: int = 0):
+                 max_positions: int = 1024, share_all_embeddings: bool = True, *, pad_id: int):
         super().__init__()
         self.d_model, self.n_heads, self.pad_id, self.max_positions = d_model, n_heads, pad_id, max_positions
         self.embed_scale = math.sqrt(d_model)  # §3.4: embeddings are multiplied by sqrt(d_model)
@@ -358,6 +266,12 @@ class Transformer(nn.Module):
         # Pre-norm leaves the residual stream un-normalised, so each stack ends with a LayerNorm.
         self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
+
+    @classmethod
+    def from_config(cls, cfg: Any, src_vocab_size: int, tgt_vocab_size: int, *, pad_id: int) -> Transformer:
+        """The one place a model is built: from a `ModelConfig` (any dataclass with this class's keyword
+        names), the vocabulary sizes of the data and the tokenizer's padding id."""
+        return cls(src_vocab_size, tgt_vocab_size, pad_id=pad_id, **dataclasses.asdict(cfg))
 
     def _embedding(self, vocab_size: int) -> nn.Embedding:
         """N(0, d_model^-0.5) so that scaled by sqrt(d_model) the entries are ~N(0, 1); pad row zero."""

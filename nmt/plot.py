@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import math
-import os
-import secrets
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -23,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from nmt.errors import NmtError
+from nmt.io import atomic_write
+from nmt.rundir import RunDir, read_metrics
 
 DPI = 100  # pixels per inch of every PNG written here: pixel size = figsize * DPI
 FONT = "DejaVu Sans"  # ships with matplotlib and has the SentencePiece "▁" (U+2581) glyph
@@ -110,44 +109,15 @@ def _quiet() -> Iterator[None]:
 def _save(fig: Any, out: str | Path) -> Path:
     """Write `fig` to `out` as PNG atomically; bbox_inches=None keeps the pixel size exact."""
     out = Path(out)
-    # Not mkstemp: its files are 0600; open(..., "x") gives the usual umask-based mode.
-    tmp = out.parent / f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "xb") as f, _quiet():
-            fig.savefig(f, format="png", dpi=DPI, bbox_inches=None)
-        os.replace(tmp, out)
+        with _quiet():
+            atomic_write(out, lambda f: fig.savefig(f, format="png", dpi=DPI, bbox_inches=None))
     except OSError as e:
-        _discard(tmp)
         raise NmtError(f"cannot write {out}: {e.strerror or e}") from None
-    except BaseException:
-        _discard(tmp)
-        raise
     return out
 
 
-def _discard(tmp: Path) -> None:
-    with contextlib.suppress(OSError):  # e.g. the "dir" is a file: nothing was created
-        tmp.unlink(missing_ok=True)
-
-
 # ---- training curves -----------------------------------------------------------------------------
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The train/valid records of a metrics.jsonl, sorted by step; lines cut by a kill are skipped."""
-    records = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if (isinstance(rec, dict) and rec.get("type") in ("train", "valid")
-                    and _number(rec.get("step")) is not None):
-                records.append(rec)
-    records.sort(key=lambda r: float(r["step"]))  # stable: a resumed run's order is kept within a step
-    return records
 
 
 def _number(v: Any) -> float | None:
@@ -203,13 +173,8 @@ def plot_curves(run_dir: str | Path, out: str | Path) -> Path:
     """
     require_matplotlib()
     run_dir = Path(run_dir)
-    path = run_dir if run_dir.is_file() else run_dir / "metrics.jsonl"
-    if not path.is_file():
-        raise NmtError(f"no metrics file: {path} (is {run_dir} a training run dir?)")
-    try:
-        records = read_metrics(path)
-    except OSError as e:
-        raise NmtError(f"cannot read {path}: {e.strerror or e}") from None
+    path = run_dir if run_dir.is_file() else RunDir(run_dir).metrics_file
+    records = read_metrics(path)
     if not records:
         raise NmtError(f"no train/valid records in {path}")
 

@@ -38,48 +38,24 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from nmt import corpus
-from nmt.config import DataConfig
+from nmt import corpus, datadir
+from nmt.config import Config, DataConfig, validate_data
+from nmt.demo import write_demo
 from nmt.errors import NmtError
-from nmt.tokenizer import SPECIAL_IDS, Tokenizer, train_spm
-
-PREPARE_VERSION = 1
-META_FILE = "meta.json"
-SPLITS = ("train", "valid", "test")
-TMP_PREFIX = ".tmp-prepare-"
+from nmt.tokenizer import Tokenizer, train_spm
 
 
-# ---------------------------------------------------------------- helpers used by training
-
-
-def read_meta(data_dir: str | Path) -> dict[str, Any]:
-    """meta.json of a prepared data dir, or a one-line NmtError saying how to get one."""
-    path = Path(data_dir) / META_FILE
-    if not path.is_file():
-        raise NmtError(f"no prepared data in {data_dir} (run `nmt prepare` first)")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise NmtError(f"{path} is corrupt ({type(e).__name__}); run `nmt prepare --force`") from None
-    if not isinstance(meta, dict) or meta.get("version") != PREPARE_VERSION:
-        raise NmtError(f"{path} is not a version-{PREPARE_VERSION} preparation; run `nmt prepare --force`")
+def run(cfg: Config, *, demo: bool = False, force: bool = False) -> dict[str, Any]:
+    """The `nmt prepare` command: with `demo`, first write the built-in corpus next to the data dir."""
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    if demo:
+        raw = Path(cfg.data.dir + "-raw")
+        prefixes = write_demo(raw, seed=cfg.data.seed, src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang)
+        cfg.data.train, cfg.data.valid, cfg.data.test = prefixes["train"], prefixes["valid"], prefixes["test"]
+        console.print(f"demo corpus written to {raw}")
+    meta = prepare(cfg.data, force=force)
+    console.print(f"prepared {cfg.data.dir}: {meta['splits']['train']['pairs']:,} training pairs")
     return meta
-
-
-def load_split(data_dir: str | Path, split: str):  # -> datasets.Dataset
-    """A prepared split as a memory-mapped `datasets.Dataset`."""
-    import datasets
-
-    path = Path(data_dir) / split
-    if not path.is_dir():
-        raise NmtError(f"prepared data in {data_dir} has no '{split}' split (was data.{split} set?)")
-    try:
-        return datasets.load_from_disk(str(path))
-    except Exception as e:
-        raise NmtError(f"cannot load {path}: {corpus._first_line(e)}; run `nmt prepare --force`") from None
-
-
-# ---------------------------------------------------------------- prepare
 
 
 def prepare(cfg: DataConfig, *, force: bool = False, progress: bool = True) -> dict[str, Any]:
@@ -90,17 +66,20 @@ def prepare(cfg: DataConfig, *, force: bool = False, progress: bool = True) -> d
     other files in the directory are left alone).
     """
     console = Console(stderr=True, highlight=False, soft_wrap=True)
-    _check_config(cfg)
+    if not cfg.train:
+        raise NmtError("no training data: data.train is not set (pass --train: a file prefix, a .tsv file, "
+                       "or a datasets name/directory; or --demo)")
+    validate_data(cfg)
     out = Path(cfg.dir)
     sources = {split: corpus.resolve(spec, cfg.src_lang, cfg.tgt_lang)
                for split, spec in _split_specs(cfg).items()}
     inputs = {key: value for source in sources.values() for key, value in source.checksums().items()}
     options = {k: v for k, v in asdict(cfg).items() if k not in ("dir", "num_proc")}
-    fingerprint = _sha256_json({"version": PREPARE_VERSION, "options": options, "inputs": inputs})
+    fingerprint = _sha256_json({"version": datadir.VERSION, "options": options, "inputs": inputs})
 
-    old = _existing_meta(out)
+    old = datadir.existing_meta(out)
     if old is not None:
-        if old.get("fingerprint") == fingerprint and _complete(out, old) and not force:
+        if old.get("fingerprint") == fingerprint and datadir.is_complete(out, old) and not force:
             console.print(f"reusing prepared data in {out} (same inputs and options)")
             return old
         if old.get("fingerprint") != fingerprint and not force:
@@ -109,32 +88,19 @@ def prepare(cfg: DataConfig, *, force: bool = False, progress: bool = True) -> d
     if out.exists() and not out.is_dir():
         raise NmtError(f"data.dir {out} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp(out)
+    datadir.remove_stale_builds(out)
 
     started = time.perf_counter()
-    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=out))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{datadir.TMP_PREFIX}{os.getpid()}-", dir=out))
     try:
         with _datasets_quiet():
             meta = _build(cfg, sources, tmp, console, progress)
         meta.update(inputs=inputs, options=options, fingerprint=fingerprint)
-        _install(out, tmp, meta, old)
+        datadir.install(out, tmp, meta, old)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     console.print(f"prepared data in {out} ({time.perf_counter() - started:.1f}s)")
     return meta
-
-
-def _check_config(cfg: DataConfig) -> None:
-    if not cfg.train:
-        raise NmtError("data.train is not set (a file prefix, a .tsv file, or a datasets name/directory)")
-    if cfg.src_lang == cfg.tgt_lang:
-        raise NmtError(f"data.src_lang and data.tgt_lang are both '{cfg.src_lang}'")
-    if cfg.normalize not in (None, "NFC", "NFKC", "NFD", "NFKD"):
-        raise NmtError("data.normalize must be NFC/NFKC/NFD/NFKD or null")
-    if cfg.spm_type not in ("bpe", "unigram"):
-        raise NmtError("data.spm_type must be 'bpe' or 'unigram'")
-    if cfg.num_proc < 1 or cfg.spm_sample < 1 or cfg.max_len < 1:
-        raise NmtError("data.num_proc, data.spm_sample and data.max_len must be >= 1")
 
 
 def _split_specs(cfg: DataConfig) -> dict[str, str]:
@@ -150,35 +116,9 @@ def _sha256_json(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
-def _existing_meta(out: Path) -> dict[str, Any] | None:
-    """The current meta.json of `out`; an unreadable one counts as a different preparation."""
-    if not (out / META_FILE).is_file():
-        return None
-    try:
-        return read_meta(out)
-    except NmtError:
-        return {"fingerprint": None}
-
-
-def _outputs(meta: dict[str, Any]) -> list[str]:
-    """Names (relative to the data dir) a preparation consists of, meta.json excluded."""
-    names = list(dict.fromkeys((meta.get("spm_files") or {}).values()))
-    for split in meta.get("splits") or {}:
-        names.append(split)
-        if split != "train":
-            names += [f"{split}.{meta['src_lang']}", f"{split}.{meta['tgt_lang']}"]
-    return names
-
-
-def _complete(out: Path, meta: dict[str, Any]) -> bool:
-    return bool(meta.get("splits")) and all((out / name).exists() for name in _outputs(meta))
-
-
 def _check_outputs_spare_inputs(out: Path, cfg: DataConfig, sources: dict[str, corpus.Source]) -> None:
     """Refuse a data.dir whose outputs would overwrite an input (e.g. raw valid.en inside it)."""
-    planned = ["spm.model", f"spm.{cfg.src_lang}.model", f"spm.{cfg.tgt_lang}.model", META_FILE, *SPLITS,
-               *(f"{s}.{lang}" for s in ("valid", "test") for lang in (cfg.src_lang, cfg.tgt_lang))]
-    targets = {(out / name).resolve(): name for name in planned}
+    targets = {(out / name).resolve(): name for name in datadir.planned_outputs(cfg.src_lang, cfg.tgt_lang)}
     for source in sources.values():
         for path in source.paths:
             resolved = path.resolve()
@@ -186,40 +126,6 @@ def _check_outputs_spare_inputs(out: Path, cfg: DataConfig, sources: dict[str, c
                 if resolved == target or target in resolved.parents:
                     raise NmtError(f"input {path} would be overwritten by the prepared '{name}' in {out}; "
                                    "choose another data.dir")
-
-
-def _remove_stale_tmp(out: Path) -> None:
-    """Temp dirs left by killed runs (their pid is gone)."""
-    for path in out.glob(f"{TMP_PREFIX}*"):
-        try:
-            pid = int(path.name[len(TMP_PREFIX):].split("-")[0])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
-        except (ValueError, PermissionError, OSError):
-            pass
-
-
-def _install(out: Path, tmp: Path, meta: dict[str, Any], old: dict[str, Any] | None) -> None:
-    """Move the built files into `out`; meta.json goes last so a crash never looks complete."""
-    (out / META_FILE).unlink(missing_ok=True)
-    new = _outputs(meta)
-    stale = [name for name in (_outputs(old) if old and old.get("splits") else []) if name not in new]
-    for name in [*stale, *new]:
-        target = out / name
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        elif target.exists() or target.is_symlink():
-            target.unlink()
-    for name in new:
-        os.replace(tmp / name, out / name)
-    partial = tmp / META_FILE
-    with open(partial, "w", encoding="utf-8") as f:
-        json.dump(meta, f, indent=2)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(partial, out / META_FILE)
 
 
 @contextmanager
@@ -271,7 +177,7 @@ def _build(cfg: DataConfig, sources: dict[str, corpus.Source], tmp: Path, consol
     with status:
         tokenizer = _train_tokenizer(cfg, raw["train"])
     _return_freed_memory()
-    spm_files = tokenizer.save(tmp)
+    spm_files = datadir.write_tokenizer(tokenizer, tmp)
     kind = "joint" if cfg.joint_vocab else "separate"
     console.print(f"SentencePiece {cfg.spm_type} ({kind}) vocab {tokenizer.src_vocab_size}/"
                   f"{tokenizer.tgt_vocab_size} trained in {time.perf_counter() - started:.1f}s")
@@ -302,10 +208,10 @@ def _build(cfg: DataConfig, sources: dict[str, corpus.Source], tmp: Path, consol
                          "tgt_tokens": int(tgt_len.sum())}
 
     return {
-        "version": PREPARE_VERSION, "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang,
+        "version": datadir.VERSION, "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang,
         "joint_vocab": cfg.joint_vocab, "spm_type": cfg.spm_type,
         "src_vocab_size": tokenizer.src_vocab_size, "tgt_vocab_size": tokenizer.tgt_vocab_size,
-        "special_ids": dict(SPECIAL_IDS), "spm_files": spm_files, "splits": splits,
+        "special_ids": asdict(tokenizer.special_ids), "spm_files": spm_files, "splits": splits,
         "filters": {name: filters.counts[name] for name in (*corpus.FILTERS, "kept", "read")},
     }
 

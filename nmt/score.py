@@ -10,7 +10,7 @@ from typing import IO, Any
 
 from sacrebleu.metrics import BLEU, CHRF, TER
 
-from nmt.errors import NmtError
+from nmt.errors import NmtError, first_line
 
 # Factories take (tokenize, lowercase). TER keeps sacreBLEU's defaults (tercom tokenizer, case-insensitive),
 # as `sacrebleu -m ter` does, so its signature matches what papers report.
@@ -26,10 +26,6 @@ METRIC_NAMES = tuple(_METRICS)
 TER_MAX_WORDS = 1000
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
 def read_lines(path_or_stream: str | os.PathLike[str] | IO[Any]) -> list[str]:
     """Lines of a UTF-8 file or stream ("-" = stdin), without their "\\n" / "\\r\\n" (nothing else stripped,
     except a leading byte-order mark). Missing file or invalid UTF-8 -> NmtError naming file and line."""
@@ -43,7 +39,7 @@ def read_lines(path_or_stream: str | os.PathLike[str] | IO[Any]) -> list[str]:
         except IsADirectoryError:
             raise NmtError(f"{name}: is a directory, not a text file") from None
         except OSError as e:
-            raise NmtError(f"{name}: cannot read ({e.strerror or _one_line(e)})") from None
+            raise NmtError(f"{name}: cannot read ({e.strerror or first_line(e)})") from None
     else:
         stream = sys.stdin if str(path_or_stream) == "-" else path_or_stream
         name = getattr(stream, "name", "<stream>")
@@ -137,7 +133,7 @@ def score(
         try:
             metric = _METRICS[name](tokenize, lowercase)
         except Exception as e:  # e.g. ja-mecab / spm tokenizers missing their extra package or model
-            raise NmtError(f"cannot set up {name} (tokenize={tokenize}): {_one_line(e)}") from None
+            raise NmtError(f"cannot set up {name} (tokenize={tokenize}): {first_line(e)}") from None
         result = metric.corpus_score(hyps, refs)
         out[name] = {
             "name": result.name,
@@ -167,6 +163,15 @@ def score_files(
         raise NmtError("no reference file given")
     ref_lines = [read_lines(r) for r in refs]
     return score(read_lines(hyp), ref_lines, ref_names=[str(r) for r in refs], **kwargs)
+
+
+def run(refs: Sequence[str | os.PathLike[str]], hyp: str | os.PathLike[str] | None, *, metrics: Sequence[str],
+        tokenize: str | None, lowercase: bool, json_out: bool) -> str:
+    """The `nmt score` command: the report for a hypothesis file (stdin when None) against references."""
+    hyps = read_lines(hyp if hyp is not None else sys.stdin)
+    result = score(hyps, [read_lines(r) for r in refs], metrics=tuple(metrics), tokenize=tokenize,
+                   lowercase=lowercase, ref_names=[str(r) for r in refs])
+    return format_json(result) if json_out else format_text(result)
 
 
 def corpus_bleu(hyps: Sequence[str], refs: Sequence[str] | Sequence[Sequence[str]]) -> float:

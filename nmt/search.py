@@ -70,8 +70,8 @@ def _step_attention(attention: Tensor | None, layer: int) -> Tensor | None:
 
 
 @torch.no_grad()
-def greedy_search(model, src: Tensor, *, max_len_a: float = 1.0, max_len_b: int = 50, bos: int = 2,
-                  eos: int = 3, pad: int = 0, need_attention: bool = False, attention_layer: int = -1,
+def greedy_search(model, src: Tensor, *, bos: int, eos: int, pad: int, max_len_a: float = 1.0,
+                  max_len_b: int = 50, need_attention: bool = False, attention_layer: int = -1,
                   length_penalty: float = 0.6) -> list[list[Hypothesis]]:
     """The most likely token at every step; one Hypothesis per sentence. `length_penalty` only sets
     Hypothesis.score, so that it matches beam_search(beam=1)."""
@@ -119,9 +119,9 @@ def greedy_search(model, src: Tensor, *, max_len_a: float = 1.0, max_len_b: int 
 
 
 @torch.no_grad()
-def beam_search(model, src: Tensor, *, beam: int = 4, length_penalty: float = 0.6, max_len_a: float = 1.0,
-                max_len_b: int = 50, nbest: int = 1, bos: int = 2, eos: int = 3, pad: int = 0,
-                need_attention: bool = False, attention_layer: int = -1) -> list[list[Hypothesis]]:
+def beam_search(model, src: Tensor, *, bos: int, eos: int, pad: int, beam: int = 4, length_penalty: float = 0.6,
+                max_len_a: float = 1.0, max_len_b: int = 50, nbest: int = 1, need_attention: bool = False,
+                attention_layer: int = -1) -> list[list[Hypothesis]]:
     """Batched beam search; per sentence the `nbest` best finished hypotheses, best first.
 
     Each step scores beam x V continuations per sentence by cumulative log-probability and keeps the

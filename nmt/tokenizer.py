@@ -2,7 +2,7 @@
 
 A `Tokenizer` is built from serialized model bytes, so it can live inside a checkpoint
 (`to_state`/`from_state`) and be pickled to `datasets.map` worker processes. Ids never include
-BOS/EOS: the model code adds them (see CONVENTIONS.md).
+BOS/EOS: batching adds them. Where the files live in a data dir is nmt.datadir's business.
 """
 
 from __future__ import annotations
@@ -11,16 +11,27 @@ import io
 import os
 import re
 from collections.abc import Iterable
-from pathlib import Path
+from dataclasses import astuple, dataclass
 from typing import Any
 
 import sentencepiece as spm
 
 from nmt.corpus import clean_text, normalize
-from nmt.errors import NmtError
+from nmt.errors import NmtError, first_line
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-SPECIAL_IDS = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
+
+@dataclass(frozen=True)
+class SpecialIds:
+    """Ids with a fixed role. Everything downstream (batching, model, search) takes them from the
+    tokenizer of the data dir or checkpoint, never as literals."""
+
+    pad: int
+    unk: int
+    bos: int
+    eos: int
+
+
+NMT_IDS = SpecialIds(pad=0, unk=1, bos=2, eos=3)  # the ids of every SentencePiece model nmt trains
 
 
 def train_spm(sentences: Iterable[str], vocab_size: int, model_type: str = "bpe",
@@ -32,21 +43,17 @@ def train_spm(sentences: Iterable[str], vocab_size: int, model_type: str = "bpe"
     sample is deterministic (sentencepiece 0.2's sampler does not even depend on `seed`, which
     still fixes SentencePiece's other randomness).
     """
-    if model_type not in ("bpe", "unigram"):
-        raise NmtError(f"unknown SentencePiece model type '{model_type}' (use bpe or unigram)")
-    if sample_cap <= 100:
-        raise NmtError(f"SentencePiece sample cap {sample_cap} is too small (data.spm_sample must be > 100)")
     spm.set_random_generator_seed(seed)
     writer = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences), model_writer=writer, vocab_size=vocab_size,
             model_type=model_type, character_coverage=character_coverage,
-            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+            pad_id=NMT_IDS.pad, unk_id=NMT_IDS.unk, bos_id=NMT_IDS.bos, eos_id=NMT_IDS.eos,
             input_sentence_size=sample_cap, shuffle_input_sentence=True,
             num_threads=os.cpu_count() or 1, minloglevel=2,
         )
-    except RuntimeError as e:
+    except (RuntimeError, ValueError) as e:  # ValueError: an option SentencePiece does not know
         raise NmtError(_spm_error(str(e), vocab_size)) from None
     return writer.getvalue()
 
@@ -61,8 +68,7 @@ def _spm_error(message: str, vocab_size: int) -> str:
         need = f" (needs at least {match.group(2)})" if match else ""
         return (f"vocab size {vocab_size} is too small for this data{need}; "
                 "raise data.vocab_size or lower data.character_coverage")
-    line = message.strip().splitlines()[0] if message.strip() else "unknown error"
-    return f"SentencePiece training failed: {line}"
+    return f"SentencePiece training failed: {first_line(message)}"
 
 
 def _processor(model: bytes, what: str) -> spm.SentencePieceProcessor:
@@ -71,9 +77,9 @@ def _processor(model: bytes, what: str) -> spm.SentencePieceProcessor:
         processor.LoadFromSerializedProto(model)
     except (RuntimeError, TypeError, OSError) as e:
         raise NmtError(f"{what} is not a valid SentencePiece model ({e})") from None
-    found = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
-    if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-        raise NmtError(f"{what} has special ids pad/unk/bos/eos={found}, expected (0, 1, 2, 3)")
+    found = SpecialIds(processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
+    if found != NMT_IDS:
+        raise NmtError(f"{what} has special ids pad/unk/bos/eos={astuple(found)}, expected {astuple(NMT_IDS)}")
     return processor
 
 
@@ -106,6 +112,10 @@ class Tokenizer:
         return self._tgt_model is None
 
     @property
+    def special_ids(self) -> SpecialIds:
+        return SpecialIds(self._tgt.pad_id(), self._tgt.unk_id(), self._tgt.bos_id(), self._tgt.eos_id())
+
+    @property
     def src_vocab_size(self) -> int:
         return self._src.get_piece_size()
 
@@ -136,13 +146,13 @@ class Tokenizer:
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         """Target ids → text. Stops at the first EOS; drops PAD/BOS and ids outside the vocabulary."""
-        size = self.tgt_vocab_size
+        size, special = self.tgt_vocab_size, self.special_ids
         kept = []
         for seq in ids:
             seq = [int(i) for i in seq]
-            if EOS_ID in seq:
-                seq = seq[:seq.index(EOS_ID)]
-            kept.append([i for i in seq if i not in (PAD_ID, BOS_ID) and 0 <= i < size])
+            if special.eos in seq:
+                seq = seq[:seq.index(special.eos)]
+            kept.append([i for i in seq if i not in (special.pad, special.bos) and 0 <= i < size])
         return self._tgt.decode(kept) if kept else []
 
     def src_pieces(self, line: str) -> list[str]:
@@ -177,41 +187,6 @@ class Tokenizer:
         self.src_lang, self.tgt_lang = state["src_lang"], state["tgt_lang"]
         self.normalize = state["normalize"]
         self._load()
-
-    def spm_files(self) -> dict[str, str]:
-        """File names inside a data dir: spm.model if joint, else spm.<src>.model + spm.<tgt>.model."""
-        if self.joint:
-            return {"src": "spm.model", "tgt": "spm.model"}
-        return {"src": f"spm.{self.src_lang}.model", "tgt": f"spm.{self.tgt_lang}.model"}
-
-    def save(self, data_dir: str | Path) -> dict[str, str]:
-        """Write the model file(s) into `data_dir`; returns `spm_files()` (meta.json is prepare's job)."""
-        out = Path(data_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        files = self.spm_files()
-        (out / files["src"]).write_bytes(self._src_model)
-        if not self.joint:
-            (out / files["tgt"]).write_bytes(self._tgt_model or b"")
-        return files
-
-    @classmethod
-    def load(cls, data_dir: str | Path) -> Tokenizer:
-        """Read meta.json and the SentencePiece model file(s) of a prepared data dir."""
-        from nmt.prepare import read_meta  # prepare imports this module
-
-        meta = read_meta(data_dir)
-        files = meta.get("spm_files") or {"src": "spm.model", "tgt": "spm.model"}
-        root = Path(data_dir)
-        models = []
-        for side in ("src", "tgt"):
-            path = root / files[side]
-            if not path.is_file():
-                raise NmtError(f"missing tokenizer model {path} (run `nmt prepare --force`)")
-            models.append(path.read_bytes())
-        joint = bool(meta.get("joint_vocab", files["src"] == files["tgt"]))
-        options = meta.get("options") or {}
-        return cls(models[0], None if joint else models[1], src_lang=meta.get("src_lang", "src"),
-                   tgt_lang=meta.get("tgt_lang", "tgt"), normalize=options.get("normalize"))
 
     def __repr__(self) -> str:
         kind = "joint" if self.joint else "separate"

@@ -7,9 +7,7 @@ writes exactly one output line per input line (K lines with --nbest K).
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -19,14 +17,16 @@ from typing import IO, Any
 import torch
 
 from nmt import checkpoint
-from nmt.batching import TokenBatchSampler, collate
+from nmt.batching import collate, source_batches
 from nmt.config import Config, DecodeConfig, apply_dict, config_from_dict, parse_overrides
 from nmt.device import pick_device
-from nmt.errors import CheckpointError, NmtError
+from nmt.errors import CheckpointError, NmtError, first_line
+from nmt.io import atomic_output
 from nmt.log import console
 from nmt.model import Transformer
+from nmt.rundir import checkpoint_to_translate
 from nmt.search import Hypothesis, beam_search, greedy_search
-from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from nmt.tokenizer import Tokenizer
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -45,8 +45,10 @@ class TranslateOptions:
     encoder_attention: bool = False
     alignment: Path | None = None
     progress: bool | None = None
-    # The user's decode settings (--set and options) as section.key=value: without --config they apply on
-    # top of the checkpoint's own decode section (the beam and length penalty it was tuned with).
+    # Where the search settings come from: with --config, the loaded config's decode section; without,
+    # the checkpoint's own (the beam and length penalty it was tuned with) with the user's decode
+    # settings (--set and options, as section.key=value) on top.
+    config_given: bool = True
     decode_overrides: list[str] = field(default_factory=list)
 
 
@@ -60,15 +62,13 @@ class Translation:
     text: list[str]
 
 
-def load_model(state: dict[str, Any], device: torch.device, dtype: torch.dtype) -> Transformer:
+def load_model(state: dict[str, Any], pad_id: int, device: torch.device, dtype: torch.dtype) -> Transformer:
     cfg = config_from_dict(state["config"])
-    from dataclasses import asdict
-
-    model = Transformer(state["vocab"]["src"], state["vocab"]["tgt"], pad_id=PAD_ID, **asdict(cfg.model))
+    model = Transformer.from_config(cfg.model, state["vocab"]["src"], state["vocab"]["tgt"], pad_id=pad_id)
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as e:
-        raise CheckpointError(f"checkpoint weights do not fit its model config ({str(e).splitlines()[0]})") from None
+        raise CheckpointError(f"checkpoint weights do not fit its model config ({first_line(e)})") from None
     return model.to(device=device, dtype=dtype).eval()
 
 
@@ -84,7 +84,8 @@ class Translator:
             raise NmtError("--dtype fp16 needs a CUDA device (use bf16 or fp32 on CPU)")
         self.decode = decode
         self.tokenizer = Tokenizer.from_state(state["tokenizer"])
-        self.model = load_model(state, self.device, DTYPES[dtype])
+        self.special = self.tokenizer.special_ids
+        self.model = load_model(state, self.special.pad, self.device, DTYPES[dtype])
         if quantize is not None:
             self._quantize(quantize)
         self.max_src = min(decode.max_input_tokens, self.model.max_positions - 1)
@@ -113,7 +114,8 @@ class Translator:
     # ---- one chunk
     def _search(self, src: torch.Tensor, need_attention: bool) -> list[list[Hypothesis]]:
         d = self.decode
-        common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, bos=BOS_ID, eos=EOS_ID, pad=PAD_ID,
+        common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, bos=self.special.bos, eos=self.special.eos,
+                      pad=self.special.pad,
                       need_attention=need_attention, attention_layer=self.attention_layer)
         if d.beam == 1:
             return greedy_search(self.model, src, length_penalty=d.length_penalty, **common)
@@ -133,12 +135,9 @@ class Translator:
         todo = [i for i, seq in enumerate(ids) if seq]
         if not todo:
             return results
-        sampler = TokenBatchSampler([len(ids[i]) for i in todo], [0] * len(todo), self.decode.max_tokens,
-                                    shuffle=False)
-        for batch_idx in sampler:
-            rows = [todo[int(j)] for j in batch_idx]
-            src = collate([ids[r] for r in rows], [[] for _ in rows]).src.to(self.device)
-            for r, hyps in zip(rows, self._search(src, need_attention)):
+        for positions, batch in source_batches([ids[i] for i in todo], self.decode.max_tokens, self.special):
+            rows = [todo[j] for j in positions]
+            for r, hyps in zip(rows, self._search(batch.src.to(self.device), need_attention)):
                 results[r].hypotheses = hyps
                 results[r].text = self.tokenizer.decode_tgt([h.tokens for h in hyps])
         return results
@@ -181,41 +180,6 @@ def format_translation(t: Translation, line_no: int, nbest: int, scores: bool) -
     return t.text[0] + "\n"
 
 
-def default_checkpoint(cfg: Config, explicit: Path | None, config_given: bool) -> Path:
-    """--checkpoint, else the config's run dir, else the newest run under runs/ (the choice is printed)."""
-    if explicit is not None:
-        return explicit
-    if config_given or Path(cfg.train.run_dir).is_dir():
-        return checkpoint.resolve_for_translation(cfg.train.run_dir)
-    runs = [p.parent for p in Path("runs").glob("*/last.pt")]
-    if not runs:
-        raise NmtError("no checkpoint found: pass --checkpoint or --config (train first)")
-    newest = max(runs, key=lambda p: (p / "last.pt").stat().st_mtime)
-    return checkpoint.resolve_for_translation(newest)
-
-
-@contextlib.contextmanager
-def _output(path: Path | None) -> Iterator[IO[str]]:
-    """stdout, or a temp file renamed over `path` only when everything was written."""
-    if path is None:
-        yield sys.stdout
-        return
-    if path.is_dir():
-        raise NmtError(f"output {path} is a directory")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for secrets, not translations
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            yield f
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def checkpoint_decode(state: dict[str, Any], overrides: list[str], ckpt: Path) -> DecodeConfig:
     """The checkpoint's decode settings (those of the config it was trained with), then `overrides`."""
     if not isinstance(state["config"], dict):
@@ -228,17 +192,16 @@ def checkpoint_decode(state: dict[str, Any], overrides: list[str], ckpt: Path) -
     return cfg.decode
 
 
-def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, output: Path | None,
-                   config_given: bool = True) -> int:
+def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, output: Path | None) -> int:
     """The `nmt translate` command. Returns the number of lines translated."""
     if opts.threads > 0:
         torch.set_num_threads(opts.threads)
     if input is not None and not input.is_file():
         raise NmtError(f"input file not found: {input}")
-    ckpt = default_checkpoint(cfg, opts.checkpoint, config_given)
+    ckpt = checkpoint_to_translate(opts.checkpoint, cfg.train.run_dir, opts.config_given)
     console.print(f"loading {ckpt}")
     state = checkpoint.load(ckpt)
-    decode = cfg.decode if config_given else checkpoint_decode(state, opts.decode_overrides, ckpt)
+    decode = cfg.decode if opts.config_given else checkpoint_decode(state, opts.decode_overrides, ckpt)
     translator = Translator(state, decode, device=opts.device, dtype=opts.dtype, quantize=opts.quantize,
                             attention_layer=opts.attention_layer)
     need_attention = opts.attention_dir is not None or opts.alignment is not None
@@ -246,8 +209,8 @@ def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, outp
     warn = translator.warn
     with contextlib.ExitStack() as stack:
         stream = stack.enter_context(open(input, "rb")) if input is not None else sys.stdin.buffer
-        out = stack.enter_context(_output(output))
-        align = stack.enter_context(_output(opts.alignment)) if opts.alignment else None
+        out = stack.enter_context(atomic_output(output, text=True)) if output is not None else sys.stdout
+        align = stack.enter_context(atomic_output(opts.alignment, text=True)) if opts.alignment else None
         visuals = _Visuals(opts, translator.tokenizer, align) if need_attention else None
         bar = stack.enter_context(_progress(show_bar))
         count = 0
@@ -315,7 +278,8 @@ class _Visuals:
         plot.plot_attention(hyp.attention, src_pieces, tgt_pieces, out / f"{line_no:06d}.png", title=title)
         if not (self.opts.all_heads or self.opts.encoder_attention):
             return
-        src = collate([result.src_ids], [hyp.tokens])
+        special = translator.special
+        src = collate([result.src_ids], [hyp.tokens], pad=special.pad, bos=special.bos, eos=special.eos)
         model = translator.model
         with torch.inference_mode():
             if self.opts.all_heads:

@@ -19,6 +19,9 @@ from nmt.batching import (
     collate,
 )
 from nmt.errors import NmtError
+from nmt.tokenizer import NMT_IDS
+
+IDS = dict(pad=NMT_IDS.pad, bos=NMT_IDS.bos, eos=NMT_IDS.eos)
 
 
 def _lengths(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -284,7 +287,7 @@ def test_builds_fast_for_a_million_examples():
 
 
 def test_collate_layout():
-    b = collate([[5, 6, 7], [8]], [[9], [10, 11]], indices=[4, 2])
+    b = collate([[5, 6, 7], [8]], [[9], [10, 11]], indices=[4, 2], **IDS)
     assert isinstance(b, Batch) and len(b) == 2
     assert b.src.tolist() == [[5, 6, 7, 3], [8, 3, 0, 0]]
     assert b.tgt_in.tolist() == [[2, 9, 0], [2, 10, 11]]
@@ -309,12 +312,12 @@ def test_collate_empty_sequences_and_custom_ids():
 
 def test_collate_accepts_numpy_rows():
     rows = [np.array([4, 5], dtype=np.int32), np.array([6], dtype=np.int32)]
-    b = collate(rows, rows, np.array([0, 1]))
+    b = collate(rows, rows, np.array([0, 1]), **IDS)
     assert b.src.tolist() == [[4, 5, 3], [6, 3, 0]]
 
 
 def test_batch_to_returns_copy():
-    b = collate([[5]], [[6]])
+    b = collate([[5]], [[6]], **IDS)
     moved = b.to("cpu")
     assert moved is not b and torch.equal(moved.src, b.src) and moved.n_tgt_tokens == b.n_tgt_tokens
 
@@ -335,7 +338,7 @@ def test_batches_from_dataset_round_trip():
     tgt = [rng.integers(4, 50, rng.integers(0, 12)).tolist() for _ in range(200)]
     sampler = TokenBatchSampler([len(s) for s in src], [len(t) for t in tgt], 64, seed=2)
     seen = []
-    for batch in batches_from_dataset(_DictDataset(src, tgt), sampler):
+    for batch in batches_from_dataset(_DictDataset(src, tgt), sampler, NMT_IDS):
         assert batch.src.numel() <= 64 and batch.tgt_out.numel() <= 64
         for row, i in enumerate(batch.index.tolist()):
             s, t = batch.src[row].tolist(), batch.tgt_out[row].tolist()
@@ -356,7 +359,7 @@ def test_hf_dataset_integration():
         }
     )
     sampler = TokenBatchSampler.from_dataset(ds, max_tokens=8, shuffle=False)
-    batches = list(batches_from_dataset(ds, sampler))
+    batches = list(batches_from_dataset(ds, sampler, NMT_IDS))
     assert sorted(i for b in batches for i in b.index.tolist()) == [0, 1, 2]
     by_index = {int(i): b for b in batches for i in b.index}
     b = by_index[2]
@@ -370,7 +373,7 @@ def test_usable_as_dataloader_batch_sampler():
     sampler = TokenBatchSampler(src, tgt, 120, seed=4)
 
     def collate_rows(rows):
-        return collate([r[0] for r in rows], [r[1] for r in rows])
+        return collate([r[0] for r in rows], [r[1] for r in rows], **IDS)
 
     loader = torch.utils.data.DataLoader(pairs, batch_sampler=sampler, collate_fn=collate_rows)
     assert len(loader) == len(sampler)

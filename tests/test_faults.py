@@ -29,6 +29,7 @@ import nmt.train as train_mod
 from nmt import checkpoint
 from nmt.cli import app
 from nmt.errors import CheckpointError, NmtError
+from nmt.rundir import RunDir
 from nmt.train import Trainer, train
 
 from .conftest import report_figures, tiny_config
@@ -93,7 +94,7 @@ def train_records(run: Path) -> list[tuple[int, float]]:
 
 
 def newest_step(run: Path) -> int:
-    state = checkpoint.newest_intact(run)
+    state = RunDir(run).newest_intact()
     return 0 if state is None else state["train_state"]["step"]
 
 
@@ -220,7 +221,7 @@ def test_kill_9_at_random_moments_resumes_exactly(demo_data, reference, tmp_path
                 FIGURES["losses found"] += 1
             assert after >= saved, f"kill {kills} ({mode}) lost checkpoint {saved}: newest intact is now {after}"
             if saved:
-                checkpoint.load(checkpoint.resolve_for_translation(run))  # translate still finds a good one
+                checkpoint.load(RunDir(run).for_translation())  # translate still finds a good one
         if kills == 0 and attempt > 3:
             pytest.fail("no kill landed: the runs finish too fast")
         ref = reference(updates)
@@ -389,7 +390,7 @@ def test_flipped_bits_never_load_as_silently_different_weights(six_updates, tmp_
 
 def test_every_checkpoint_damaged_refuses_unless_forced(demo_data, six_updates, tmp_path):
     run = copy_run(six_updates["run"], tmp_path / "run")
-    for _, path in checkpoint.step_checkpoints(run):
+    for _, path in RunDir(run).step_checkpoints():
         damage(path, "truncated")
     FIGURES["damaged checkpoints"] += 3
     kept = {p.name: p.read_bytes() for p in run.glob("*.pt")}
@@ -425,17 +426,17 @@ def test_disk_full_while_saving_keeps_the_previous_checkpoint(demo_data, six_upd
 
 
 def test_disk_full_writing_the_log_is_a_one_line_error(demo_data, six_updates, tmp_path, monkeypatch):
-    import nmt.log
+    import nmt.rundir
 
     run = copy_run(six_updates["run"], tmp_path / "run")
     before = (run / "last.pt").read_bytes()
 
     def full_open(path, mode="r", *args, **kwargs):
-        if "a" in mode:
+        if "a" in mode and str(path).endswith("metrics.jsonl"):
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return open(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr(nmt.log, "open", full_open, raising=False)
+    monkeypatch.setattr(nmt.rundir, "open", full_open, raising=False)
     FIGURES["disk-full writes"] += 1
     one_error_line(cli(*train_args(demo_data, run, "train.max_updates=8")), "No space left on device",
                    "metrics.jsonl")
@@ -556,7 +557,7 @@ def captured_gradients(trainer: Trainer, group) -> dict[str, torch.Tensor]:
         grads.update({n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
 
     trainer.scaler.step = capture
-    assert trainer._update(group) is not None
+    assert trainer.update(group) is not None
     return grads
 
 
@@ -589,7 +590,7 @@ def test_oom_batch_is_split_and_gives_the_same_gradient(demo_data, tmp_path, fak
     cfg = tiny_config(demo_data, tmp_path / "run", "model.dropout=0", "train.update_freq=2", "train.max_tokens=1024")
     trainer = Trainer(cfg, progress=False)
     try:
-        batches = trainer._batches()
+        batches = trainer.batches()
         group = [next(batches), next(batches)]
         sizes = [len(b) for b in group]
         expected = captured_gradients(trainer, group)
@@ -598,7 +599,7 @@ def test_oom_batch_is_split_and_gives_the_same_gradient(demo_data, tmp_path, fak
     finally:
         trainer.close()
     FIGURES["out-of-memory faults"] += seen["oom"]
-    assert seen["oom"] >= 4 and trainer.state.oom_splits == seen["oom"] and trainer.state.oom_skipped == 0
+    assert seen["oom"] >= 4 and trainer.counters.oom_splits == seen["oom"] and trainer.counters.oom_skipped == 0
     assert expected.keys() == got.keys()
     for name in expected:  # the same sum of token losses, added up in another order
         torch.testing.assert_close(got[name], expected[name], rtol=1e-4, atol=1e-6, msg=name)
@@ -617,7 +618,7 @@ def test_oom_on_a_single_sentence_is_skipped_and_logged(demo_data, tmp_path, cap
     FIGURES["out-of-memory faults"] += seen["oom"]
     err = capsys.readouterr().err
     assert "out of memory at update 1 on one sentence (train example" in err and "skipped" in err
-    assert trainer.state.oom_skipped > 0 and trainer.state.step == 0
+    assert trainer.counters.oom_skipped > 0 and trainer.counters.step == 0
     # only a few long sentences too big: they are skipped, the run completes
     trainer = Trainer(cfg, progress=False)
     real_forward = trainer.model.forward

@@ -333,9 +333,9 @@ def test_prepare_hostile_corpora(clean_pairs, spec, tsv, coverage):
             assert meta["splits"]["valid"]["pairs"] == n_lines(src_bytes)  # never filtered
             valid_text = (out / "valid.en").read_bytes()
             assert valid_text.count(b"\n") == n_lines(src_bytes) and b"\r" not in valid_text
-        from nmt.prepare import load_split
+        from nmt.datadir import DataDir
 
-        assert len(load_split(out, "train")) == meta["splits"]["train"]["pairs"]
+        assert len(DataDir.open(out).split("train")) == meta["splits"]["train"]["pairs"]
 
 
 def test_prepare_one_hundred_k_character_lines_and_empty_files(clean_pairs, tmp_path):

@@ -25,6 +25,7 @@ from nmt.plot import (
     word_alignment,
     word_spans,
 )
+from nmt.rundir import read_metrics
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -81,7 +82,7 @@ def test_plot_curves_writes_png_of_expected_size(tmp_path: Path, bleu: bool) -> 
 
 def test_read_metrics_skips_malformed_and_sorts(tmp_path: Path) -> None:
     write_metrics(tmp_path)
-    records = plot.read_metrics(tmp_path / "metrics.jsonl")
+    records = read_metrics(tmp_path / "metrics.jsonl")
     assert len(records) == 20 + 4
     assert [r["step"] for r in records] == sorted(r["step"] for r in records)
     assert {r["type"] for r in records} == {"train", "valid"}

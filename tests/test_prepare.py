@@ -9,10 +9,17 @@ import numpy as np
 import pytest
 
 from nmt.config import DataConfig
+from nmt.datadir import DataDir, read_meta
 from nmt.demo import write_demo
 from nmt.errors import NmtError
-from nmt.prepare import load_split, prepare, read_meta
-from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from nmt.prepare import prepare
+from nmt.tokenizer import NMT_IDS
+
+PAD_ID, BOS_ID, EOS_ID = NMT_IDS.pad, NMT_IDS.bos, NMT_IDS.eos
+
+
+def load_split(data_dir, split):
+    return DataDir(data_dir, {}).split(split)
 
 MULTI30K = Path(__file__).parents[1].parent / "shared/data/multi30k"
 
@@ -59,7 +66,7 @@ def test_layout_and_meta(prepared, raw):
 
 def test_datasets_content(prepared, raw):
     cfg, meta = prepared
-    tokenizer = Tokenizer.load(cfg.dir)
+    tokenizer = DataDir.open(cfg.dir).tokenizer()
     for split in ("train", "valid", "test"):
         ds = load_split(cfg.dir, split)
         assert ds.column_names == ["src_ids", "tgt_ids", "src_len", "tgt_len"]
@@ -102,7 +109,7 @@ def test_reuse_different_and_force(raw, tmp_path):
     expected = ["meta.json", "spm.en.model", "spm.de.model", "train", "valid", "valid.en", "valid.de"]
     assert names == sorted(expected)
     assert separate["spm_files"] == {"src": "spm.en.model", "tgt": "spm.de.model"}
-    tokenizer = Tokenizer.load(cfg.dir)
+    tokenizer = DataDir.open(cfg.dir).tokenizer()
     assert not tokenizer.joint and tokenizer.src_vocab_size == 200
 
 
@@ -214,7 +221,7 @@ def test_jsonl_input(tmp_path):
     meta = prepare(cfg, progress=False)
     assert meta["splits"]["train"]["pairs"] == 300 and list(meta["inputs"]) == [train]
     ids = load_split(cfg.dir, "train")[:2]["tgt_ids"]
-    assert Tokenizer.load(cfg.dir).decode_tgt(ids) == ["Nummer 0", "Nummer 1"]
+    assert DataDir.open(cfg.dir).tokenizer().decode_tgt(ids) == ["Nummer 0", "Nummer 1"]
 
 
 @pytest.mark.skipif(not MULTI30K.is_dir(), reason="shared Multi30k data not available")

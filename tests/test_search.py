@@ -3,18 +3,22 @@ whose probabilities are known exactly."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import nmt.search as search_mod
 from nmt.model import Transformer
-from nmt.search import Hypothesis, beam_search, greedy_search, length_normalized, max_lengths
+from nmt.search import Hypothesis, length_normalized, max_lengths
 
 torch.set_num_threads(2)
 
 PAD, BOS, EOS = 0, 2, 3
+greedy_search = functools.partial(search_mod.greedy_search, bos=BOS, eos=EOS, pad=PAD)
+beam_search = functools.partial(search_mod.beam_search, bos=BOS, eos=EOS, pad=PAD)
 V = 14  # 4 specials + 10 symbols
 
 
@@ -35,7 +39,8 @@ def copy_model() -> tuple[Transformer, list[list[int]]]:
     g = torch.Generator().manual_seed(0)
     lengths = torch.randint(1, 8, (48,), generator=g).tolist()
     seqs = [torch.randint(4, V, (n,), generator=g).tolist() for n in lengths]
-    model = Transformer(V, V, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    model = Transformer(V, V, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0,
+                        pad_id=PAD)
     src, tgt_in, labels = batch(seqs)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     for _ in range(400):
@@ -51,7 +56,7 @@ def copy_model() -> tuple[Transformer, list[list[int]]]:
 def random_model(**kwargs) -> Transformer:
     torch.manual_seed(1)
     dims = dict(d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=2)
-    return Transformer(V, V, **dims, **kwargs).eval()
+    return Transformer(V, V, **dims, **kwargs, pad_id=PAD).eval()
 
 
 def teacher_forced_logprob(model: Transformer, src_row: torch.Tensor, tokens: list[int]) -> float:

@@ -7,9 +7,13 @@ import random
 
 import pytest
 
+from nmt.config import DataConfig, validate_data
+from nmt.datadir import DataDir, spm_files, write_tokenizer
 from nmt.demo import generate_pairs
 from nmt.errors import NmtError
-from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_spm
+from nmt.tokenizer import NMT_IDS, Tokenizer, train_spm
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = NMT_IDS.pad, NMT_IDS.unk, NMT_IDS.bos, NMT_IDS.eos
 
 PAIRS = generate_pairs(2000, seed=5)
 EN = [en for en, _ in PAIRS]
@@ -54,9 +58,9 @@ def test_decode_strips_specials_and_stops_at_eos(joint):
 def test_joint_vs_separate(joint, separate):
     assert joint.joint and joint.src_vocab_size == joint.tgt_vocab_size == 400
     assert joint.encode_src(["zwei rote Autos"]) == joint.encode_tgt(["zwei rote Autos"])
-    assert joint.spm_files() == {"src": "spm.model", "tgt": "spm.model"}
+    assert spm_files(joint.joint, "en", "de") == {"src": "spm.model", "tgt": "spm.model"}
     assert not separate.joint and (separate.src_vocab_size, separate.tgt_vocab_size) == (200, 300)
-    assert separate.spm_files() == {"src": "spm.en.model", "tgt": "spm.de.model"}
+    assert spm_files(separate.joint, "en", "de") == {"src": "spm.en.model", "tgt": "spm.de.model"}
     assert separate.encode_src(["the red car"]) != separate.encode_tgt(["the red car"])
     assert separate.src_pieces("the red car")[0].startswith("\u2581")
 
@@ -81,18 +85,18 @@ def test_state_survives_torch_weights_only(joint):
 
 
 def test_save_and_load_data_dir(tmp_path, separate):
-    files = separate.save(tmp_path)
+    files = write_tokenizer(separate, tmp_path)
     meta = {"version": 1, "src_lang": "en", "tgt_lang": "de", "joint_vocab": False, "spm_files": files,
             "options": {"normalize": "NFKC"}}
     (tmp_path / "meta.json").write_text(json.dumps(meta))
-    loaded = Tokenizer.load(tmp_path)
+    loaded = DataDir.open(tmp_path).tokenizer()
     assert not loaded.joint and loaded.normalize == "NFKC"
     assert loaded.encode_tgt(DE[:10]) == separate.encode_tgt(DE[:10])
     (tmp_path / "spm.de.model").unlink()
     with pytest.raises(NmtError, match=r"missing tokenizer model .*spm\.de\.model"):
-        Tokenizer.load(tmp_path)
+        DataDir.open(tmp_path).tokenizer()
     with pytest.raises(NmtError, match="run `nmt prepare` first"):
-        Tokenizer.load(tmp_path / "nowhere")
+        DataDir.open(tmp_path / "nowhere")
 
 
 def test_odd_unicode_encodes_and_decodes(joint):
@@ -112,7 +116,7 @@ def test_training_is_deterministic_and_sample_capped():
     with pytest.raises(NmtError, match=r"vocab size 1000 is too large for this data \(max \d+\)"):
         train_spm(EN, 1000, sample_cap=150)  # ... too large for a 150-sentence sample
     with pytest.raises(NmtError, match=r"data.spm_sample must be > 100"):
-        train_spm(EN, 300, sample_cap=100)
+        validate_data(DataConfig(spm_sample=100))  # the rule lives with the config
 
 
 def test_sample_is_drawn_from_the_whole_stream():
@@ -136,7 +140,9 @@ def test_vocab_size_errors():
         train_spm(EN[:100], 5000)
     with pytest.raises(NmtError, match=r"vocab size 10 is too small for this data"):
         train_spm(EN[:100], 10, model_type="unigram")
-    with pytest.raises(NmtError, match="unknown SentencePiece model type"):
+    with pytest.raises(NmtError, match="data.spm_type must be 'bpe' or 'unigram'"):  # the rule lives with the config
+        validate_data(DataConfig(spm_type="word2vec"))
+    with pytest.raises(NmtError, match="SentencePiece training failed: .*word2vec"):  # one line if called directly
         train_spm(EN, 300, model_type="word2vec")
 
 

@@ -14,13 +14,16 @@ import nmt.train as train_mod
 from nmt import checkpoint
 from nmt.config import Config, load_config
 from nmt.errors import NmtError
-from nmt.train import RunLock, label_smoothed_loss, learning_rate, train
+from nmt.loss import label_smoothed_loss
+from nmt.optim import adam, learning_rate
+from nmt.rundir import RunDir, RunLock
+from nmt.train import train
 
 from .conftest import tiny_config
 
 
 def metrics(run_dir, kind="train"):
-    return [r for r in train_mod.read_metrics(run_dir) if r["type"] == kind]
+    return [r for r in RunDir(run_dir).read_metrics() if r["type"] == kind]
 
 
 def weights(path):
@@ -162,7 +165,7 @@ def test_tensorboard_without_the_package_is_a_clear_error(demo_data, tmp_path, m
 
 def test_adam_is_fused_where_torch_supports_it_and_plain_elsewhere(monkeypatch):
     params = [torch.nn.Parameter(torch.zeros(3))]
-    assert train_mod.adam(params, lr=1e-3).defaults["fused"]  # torch >= 2.4 has the fused kernel on CPU
+    assert adam(params, lr=1e-3).defaults["fused"]  # torch >= 2.4 has the fused kernel on CPU
     real = torch.optim.Adam
 
     def old_torch_adam(params, fused=None, **kwargs):  # torch 2.2/2.3: fused is CUDA-only
@@ -172,7 +175,7 @@ def test_adam_is_fused_where_torch_supports_it_and_plain_elsewhere(monkeypatch):
         return real(params, **kwargs)
 
     monkeypatch.setattr(torch.optim, "Adam", old_torch_adam)
-    assert not train_mod.adam(params, lr=1e-3).defaults.get("fused")
+    assert not adam(params, lr=1e-3).defaults.get("fused")
 
 
 def test_bf16_autocast_training_step_on_cpu(demo_data, tmp_path):

@@ -179,7 +179,8 @@ def test_without_a_config_the_checkpoints_decode_settings_apply(demo_run, tmp_pa
 
     def lines(*overrides: str, config_given: bool = False) -> int:
         opts = TranslateOptions(checkpoint=ckpt, decode_overrides=list(overrides))
-        translate_file(load_config(None, list(overrides)), opts, src, out, config_given=config_given)
+        opts.config_given = config_given
+        translate_file(load_config(None, list(overrides)), opts, src, out)
         return len(out.read_text(encoding="utf-8").splitlines())
 
     assert lines() == 3  # the checkpoint's decode section

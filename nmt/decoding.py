@@ -1,0 +1,105 @@
+"""Incremental decoding state: the decoder's key/value cache and its reorder contract (beams reordered,
+finished sentences dropped, with as little copying as possible). Built by `Transformer.init_cache`,
+advanced by `Transformer.decode_step`, reordered by the search."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class DecoderCache:
+    """Incremental decoding state of N rows (sentences, or sentences x beams) in G groups of `group` rows
+    that share a source. Beam search keeps the beams of a sentence together, so after its first step
+    group = beam size; any other reorder falls back to group = 1.
+
+    cross_kv:    [L, 2, G, H, S, Dh] keys/values of the encoder output for every decoder layer, computed
+                 once in `init_cache`: one copy per group, not per beam.
+    memory_mask: [G, 1, 1, S] bool, True where the source token is real (SDPA convention).
+    self_kv:     [L, 2, G, H, capacity, W, Dh] keys/values of target positions, W slots per group and
+                 position: at position p, row q of a group wrote slot q. The capacity grows (doubling, up
+                 to the `max_len` hint, further only if needed); see `Transformer.init_cache`.
+    slots:       [G, group, capacity] which slot holds position p of row q's own history. A beam reorder
+                 only rewrites this small index (a beam inherits its parent's history by reference), so
+                 the keys/values are copied only when sentences leave the batch or the group widens.
+    max_len:     expected number of steps.
+    step:        positions decoded so far = position of the next token.
+    """
+
+    cross_kv: Tensor
+    memory_mask: Tensor
+    self_kv: Tensor
+    slots: Tensor
+    max_len: int
+    step: int = 0
+    group: int = 1
+
+    @property
+    def batch_size(self) -> int:
+        return self.slots.size(0) * self.group
+
+    def begin_step(self, dtype: torch.dtype) -> Tensor | None:
+        """Record that each row writes its own slot at this step; return the additive self-attention mask
+        [G, 1, group, (step + 1) * W] over the group's keys (None while every group has one slot)."""
+        step, W = self.step, self.self_kv.size(5)
+        self.slots[:, :, step] = torch.arange(self.group, device=self.slots.device)
+        if W == 1:
+            return None
+        G, Q = self.slots.shape[:2]
+        own = self.slots[:, :, : step + 1, None] == torch.arange(W, device=self.slots.device)
+        mask = torch.zeros(G, 1, Q, (step + 1) * W, dtype=dtype, device=self.self_kv.device)
+        return mask.masked_fill_(~own.view(G, 1, Q, -1), float("-inf"))
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows `index` in that order (repeats allowed, may be shorter or longer than N): beams are
+        reordered and finished sentences dropped at once. Within groups only `slots` is gathered; the
+        keys/values are copied only when groups are dropped, repeated or reordered, or widen."""
+        index = index.to(self.slots.device)
+        rows = index.tolist()
+        source = [r // self.group for r in rows]
+        group = _run_length(source)
+        keep = source[::group]
+        keep_t = torch.tensor(keep, dtype=torch.long, device=self.slots.device)
+        within = (index % self.group).view(len(keep), group)
+        self.slots = self.slots[keep_t[:, None], within]
+        W = self.self_kv.size(5)
+        if keep != list(range(self.cross_kv.size(2))) or group > W:
+            L, _, _, H, capacity, _, Dh = self.self_kv.shape
+            kv = self.self_kv.new_empty(L, 2, len(keep), H, capacity, max(W, group), Dh)
+            if self.step:
+                kv[:, :, :, :, : self.step, :W] = self.self_kv[:, :, :, :, : self.step].index_select(2, keep_t)
+                kv[:, :, :, :, : self.step, W:] = 0  # new slots: masked, and must not hold NaN garbage
+            self.self_kv = kv
+            self.cross_kv = self.cross_kv.index_select(2, keep_t)
+            self.memory_mask = self.memory_mask.index_select(0, keep_t)
+        self.group = group
+
+    def _capacity(self, positions: int) -> int:
+        """Capacity for `positions`: the current one while it suffices, else doubled (up to max_len)."""
+        capacity = self.self_kv.size(4)
+        return capacity if positions <= capacity else max(positions, min(2 * capacity, self.max_len))
+
+    def reserve(self, positions: int) -> None:
+        """Make room for `positions` target positions, doubling the capacity when it runs out."""
+        capacity = self._capacity(positions)
+        if capacity == self.self_kv.size(4):
+            return
+        L, _, G, H, _, W, Dh = self.self_kv.shape
+        grown = self.self_kv.new_empty(L, 2, G, H, capacity, W, Dh)
+        grown[:, :, :, :, : self.step] = self.self_kv[:, :, :, :, : self.step]
+        slots = self.slots.new_zeros(*self.slots.shape[:2], capacity)
+        slots[:, :, : self.step] = self.slots[:, :, : self.step]
+        self.self_kv, self.slots = grown, slots
+
+
+def _run_length(source: list[int]) -> int:
+    """The common length of the runs of equal values in `source` if all runs have it, else 1."""
+    n, group = len(source), 1
+    while group < n and source[group] == source[0]:
+        group += 1
+    if n == 0 or n % group or any(source[i] != source[i - i % group] for i in range(n)):
+        return 1
+    return group

@@ -1,0 +1,72 @@
+"""Atomic file writes: readers (and a run killed mid-write) see the old file or the new one, never half.
+
+The one owner of temp-file-then-rename in nmt: checkpoints, config.yaml, meta.json, translations,
+alignments and PNGs all go through `atomic_output`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from nmt.errors import NmtError
+
+TMP_SUFFIX = ".tmp"  # temp files are `.<name>.<random>.tmp` beside their target
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in `directory` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path, *, text: bool = False) -> Iterator[IO[Any]]:
+    """A file to write `path` through: a temp file in the same dir, fsynced and renamed over `path`
+    only when the block ends without an error (else removed, and the error passes through: the block may
+    be a whole translation, so an error in it need not be the file's)."""
+    path = Path(path)
+    if path.is_dir():
+        raise NmtError(f"output {path} is a directory")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for secrets, not checkpoints a team shares
+        options: dict[str, Any] = {"encoding": "utf-8", "newline": "\n"} if text else {}
+        with os.fdopen(fd, "w" if text else "wb", **options) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> None:
+    """Atomically write `path` with `write(binary_file)`; a full disk is a one-line NmtError."""
+    try:
+        with atomic_output(path) as f:
+            write(f)
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise NmtError(f"no space left on device while writing {path}; previous files are intact") from None
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))

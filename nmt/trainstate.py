@@ -1,0 +1,92 @@
+"""What a training checkpoint holds besides the weights, so that a resume is exact: the optimizer,
+loss scaler and sampler states, every rank's RNG states and the run's counters."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from nmt.datadir import DataDir
+from nmt.errors import NmtError
+from nmt.rundir import experiment_differences
+
+
+@dataclass
+class Counters:
+    step: int = 0
+    epoch: int = 1
+    best: float | None = None
+    bad_validations: int = 0
+    bad_updates: int = 0  # consecutive skipped updates
+    skipped_updates: int = 0  # total skipped updates
+    oom_splits: int = 0  # batches split in two after running out of memory
+    oom_skipped: int = 0  # single sentences skipped because even they ran out of memory
+    elapsed: float = 0.0  # training seconds, summed over resumes (for max_minutes)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": list(np.random.get_state())}
+    state["numpy"][1] = state["numpy"][1].tolist()
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np_state = list(state["numpy"])
+    np_state[1] = np.asarray(np_state[1], dtype=np.uint32)
+    np.random.set_state(tuple(np_state))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+def training_state(counters: Counters, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+                   sampler: Any, rng: Any) -> dict[str, Any]:
+    """The checkpoint's "train_state"; `rng` is every rank's rng_state() (one per rank under DDP)."""
+    return {
+        "step": counters.step,
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict() if scaler.is_enabled() else None,
+        "sampler": sampler.state_dict(),
+        "rng": rng,
+        "progress": asdict(counters),
+    }
+
+
+def check_resumable(state: dict[str, Any], data: DataDir, cfg: dict[str, Any]) -> None:
+    """A checkpoint continues this run only with the same languages, vocabularies and model."""
+    where, langs, sizes = state["_path"], data.langs, data.vocab_sizes
+    if tuple(state.get("langs", langs)) != langs:
+        raise NmtError(f"{where} translates {'->'.join(state['langs'])} but {data} holds {'->'.join(langs)}")
+    vocab = state["vocab"]
+    if (vocab["src"], vocab["tgt"]) != sizes:
+        raise NmtError(f"{where} was trained with vocabularies {vocab['src']}/{vocab['tgt']} but {data} has "
+                       f"{sizes[0]}/{sizes[1]}")
+    diffs = experiment_differences(state["config"], cfg)
+    if diffs:
+        raise NmtError(f"{where} belongs to another experiment ({diffs[0]}); use --force")
+
+
+def restore(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+            scaler: torch.amp.GradScaler, sampler: Any, rank: int) -> Counters:
+    """Load a training checkpoint into the run's objects; returns its counters."""
+    ts = state["train_state"]
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(ts["optimizer"])
+    if ts.get("scaler"):
+        scaler.load_state_dict(ts["scaler"])
+    sampler.load_state_dict(ts["sampler"])
+    set_rng_state(ts["rng"][rank] if isinstance(ts["rng"], list) else ts["rng"])
+    return Counters(**ts["progress"])

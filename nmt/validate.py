@@ -1,0 +1,50 @@
+"""Validation during training: loss and perplexity on the valid split, greedy BLEU on its first sentences."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from nmt.batching import TokenBatchSampler, batches_from_dataset, source_batches
+from nmt.datadir import lengths
+from nmt.loss import label_smoothed_loss
+from nmt.model import Transformer
+from nmt.score import corpus_bleu
+from nmt.search import greedy_search
+from nmt.tokenizer import SpecialIds, Tokenizer
+
+Autocast = Callable[[], contextlib.AbstractContextManager]
+
+
+@torch.no_grad()
+def validation_loss(model: Transformer, dataset, max_tokens: int, label_smoothing: float, special: SpecialIds,
+                    device: torch.device, autocast: Autocast) -> dict[str, float]:
+    """Per-token label-smoothed loss, NLL and perplexity over a whole split (model in eval mode)."""
+    lens = lengths(dataset)
+    sampler = TokenBatchSampler(lens["src_len"], lens["tgt_len"], max_tokens, shuffle=False)
+    loss_sum = nll_sum = ntok = 0.0
+    for batch in batches_from_dataset(dataset, sampler, special):
+        batch = batch.to(device)
+        with autocast():
+            logits = model(batch.src, batch.tgt_in)
+        loss, nll = label_smoothed_loss(logits, batch.tgt_out, label_smoothing, special.pad)
+        loss_sum, nll_sum, ntok = loss_sum + float(loss), nll_sum + float(nll), ntok + batch.n_tgt_tokens
+    return {"loss": loss_sum / ntok, "nll": nll_sum / ntok, "ppl": math.exp(min(nll_sum / ntok, 50))}
+
+
+@torch.no_grad()
+def greedy_bleu(model: Transformer, sources: Sequence[Sequence[int]], references: list[str], tokenizer: Tokenizer,
+                max_tokens: int, max_len_a: float, max_len_b: int, device: torch.device, autocast: Autocast) -> float:
+    """Corpus BLEU of greedy translations of `sources` (ids) against `references` (model in eval mode)."""
+    special = tokenizer.special_ids
+    hyps: list[str] = [""] * len(sources)
+    for rows, batch in source_batches(sources, max_tokens, special):
+        with autocast():
+            out = greedy_search(model, batch.src.to(device), max_len_a=max_len_a, max_len_b=max_len_b,
+                                bos=special.bos, eos=special.eos, pad=special.pad)
+        for i, hyp in zip(rows, tokenizer.decode_tgt([h[0].tokens for h in out])):
+            hyps[i] = hyp
+    return corpus_bleu(hyps, [references])
