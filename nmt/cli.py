@@ -146,10 +146,11 @@ def average(
     last: Annotated[int | None, typer.Option(help="How many newest checkpoints (train.average_last).")] = None,
 ) -> None:
     """Average the last K checkpoints of a run into averaged.pt (as in the paper)."""
-    from nmt import train as command
+    from nmt.rundir import RunDir
 
     cfg = _config(config, _settings(overrides, **{"train.run_dir": run_dir}))
-    command.average(cfg.train.run_dir, cfg.train.average_last if last is None else last)
+    typer.echo(f"wrote {RunDir(cfg.train.run_dir).average(cfg.train.average_last if last is None else last)}",
+               err=True)
 
 
 @app.command()

@@ -154,13 +154,13 @@ class RunDir:
     def save_best(self, state: dict[str, Any]) -> None:
         checkpoint.save(state, self.best)
 
-    def average(self, last: int) -> Path | None:
-        """Average the newest `last` step checkpoints into averaged.pt; None when there are none."""
+    def average(self, last: int) -> Path:
+        """Average the newest `last` step checkpoints into averaged.pt (also `nmt average`)."""
         if last < 1:  # [-0:] would be every checkpoint, [-(-2):] all but the first two
             raise NmtError(f"--last must be >= 1, got {last}")
         paths = [p for _, p in self.step_checkpoints()][-last:]
         if not paths:
-            return None
+            raise NmtError(f"no checkpoint_<step>.pt files in {self.path}")
         checkpoint.save(checkpoint.average(paths), self.averaged)
         return self.averaged
 

@@ -189,17 +189,22 @@ class Trainer:
                 reason = "patience"
                 break
         c.elapsed = elapsed()
-        if saved_step != c.step:  # a local flag: every DDP rank must agree without I/O
-            self.save()
-        if self.dist.main and self.valid_data is not None and not self.run_dir.best.exists():
-            self.run_dir.save_best(self.snapshot(with_training=False))
-        self.average()
-        self.dist.barrier()
+        self._finish(saved_step)
         c.elapsed = elapsed()  # final save + averaging included
         self.report.finish(c.step, reason)
         return {"step": c.step, "epoch": c.epoch, "stopped": reason, "best": c.best,
                 "skipped_updates": c.skipped_updates, "oom_splits": c.oom_splits, "oom_skipped": c.oom_skipped,
                 "elapsed": c.elapsed}
+
+    def _finish(self, saved_step: int) -> None:
+        """The last checkpoint (unless this step was just saved), best.pt if validation never wrote one, and
+        averaged.pt."""
+        if saved_step != self.counters.step:  # a local flag: every DDP rank must agree without I/O
+            self.save()
+        if self.dist.main and self.valid_data is not None and not self.run_dir.best.exists():
+            self.run_dir.save_best(self.snapshot(with_training=False))
+        self.average()
+        self.dist.barrier()
 
     def batches(self) -> Iterator[Batch]:
         """Training batches, epoch after epoch (until train.max_epochs)."""
@@ -363,9 +368,9 @@ class Trainer:
 
     def average(self) -> None:
         k = self.cfg.train.average_last
-        if self.dist.main and k > 1 and len(self.run_dir.step_checkpoints()) >= 2:
-            out = self.run_dir.average(k)
-            self.report.info(f"averaged {min(k, len(self.run_dir.step_checkpoints()))} checkpoints into {out}")
+        n = min(k, len(self.run_dir.step_checkpoints())) if self.dist.main else 0
+        if k > 1 and n >= 2:
+            self.report.info(f"averaged {n} checkpoints into {self.run_dir.average(k)}")
 
 
 def train(cfg: Config, *, force: bool = False, progress: bool | None = None) -> dict[str, Any]:
@@ -388,11 +393,3 @@ def run(cfg: Config, *, force: bool = False, progress: bool | None = None) -> di
     console.print(f"done: {summary['step']} updates in {summary['elapsed'] / 60:.1f} min{best}"
                   f"{''.join(', ' + x for x in skipped)}; checkpoints in {cfg.train.run_dir}")
     return summary
-
-
-def average(run_dir: str, last: int) -> None:
-    """The `nmt average` command: average the last `last` step checkpoints of a run into averaged.pt."""
-    out = RunDir(run_dir).average(last)
-    if out is None:
-        raise NmtError(f"no checkpoint_<step>.pt files in {run_dir}")
-    console.print(f"wrote {out}")

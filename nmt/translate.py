@@ -113,9 +113,8 @@ class Translator:
 
     # ---- one chunk
     def _search(self, src: torch.Tensor, need_attention: bool) -> list[list[Hypothesis]]:
-        d = self.decode
-        common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, bos=self.special.bos, eos=self.special.eos,
-                      pad=self.special.pad,
+        d, ids = self.decode, self.special
+        common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, bos=ids.bos, eos=ids.eos, pad=ids.pad,
                       need_attention=need_attention, attention_layer=self.attention_layer)
         if d.beam == 1:
             return greedy_search(self.model, src, length_penalty=d.length_penalty, **common)
