@@ -1,5 +1,6 @@
-"""Training output: a rich progress bar (terminal) or plain log lines (files/CI), plus metrics.jsonl and,
-with train.tensorboard, the same numbers as TensorBoard scalars in RUN_DIR/tensorboard."""
+"""Training output: a rich progress bar (terminal) or plain log lines (files/CI), the records of
+metrics.jsonl (kept by nmt.rundir) and, with train.tensorboard, the same numbers as TensorBoard scalars
+in RUN_DIR/tensorboard."""
 
 from __future__ import annotations
 
