@@ -40,7 +40,8 @@ def model_config(name: str) -> ModelConfig:
 
 def ours(cfg: ModelConfig, vocab: int, seed: int = 0) -> Transformer:
     torch.manual_seed(seed)
-    return Transformer.from_config(dataclasses.replace(cfg, share_all_embeddings=True), vocab, vocab, pad_id=PAD)
+    return Transformer.from_config(dataclasses.replace(cfg, share_all_embeddings=True), vocab, vocab, pad_id=PAD,
+                                   joint_vocab=True)
 
 
 def marian(cfg: ModelConfig, vocab: int, seed: int = 0, attn: str = "sdpa"):

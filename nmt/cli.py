@@ -165,17 +165,20 @@ def translate(
         "--output", "-o", help="Write this file (atomically) instead of stdout.")] = None,
     beam: Annotated[int | None, typer.Option(help="Beam size (1 = greedy).")] = None,
     nbest: Annotated[int | None, typer.Option(
-        help="Print the K best translations per line as 'line_no ||| text ||| score'.")] = None,
+        help="Print the K best translations of each input line, one per output line, as "
+             "'LINE_NO<TAB>text<TAB>score' (score: log-prob / GNMT length penalty, as the beam ranks them).")] = None,
     length_penalty: Annotated[float | None, typer.Option(help="GNMT length penalty alpha.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Source tokens per batch.")] = None,
-    scores: Annotated[bool, typer.Option("--scores", help="Append '\\t<log-prob>' to each output line.")] = False,
+    scores: Annotated[bool, typer.Option(
+        "--scores", help="Append '<TAB>log-prob' (the sum of token log-probabilities, EOS included) to each "
+                         "output line, n-best lines included.")] = False,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     dtype: Annotated[str, typer.Option(help="fp32 | bf16 | fp16 (fp16 on CUDA only)")] = "fp32",
     threads: Annotated[int, typer.Option(help="CPU threads (0 = torch default).")] = 0,
     quantize: Annotated[str | None, typer.Option(
         help="'int8': dynamic int8 quantization of Linear layers (CPU speed-up).")] = None,
     attention: Annotated[Path | None, typer.Option(
-        help="Save a cross-attention heatmap PNG per sentence into this dir (needs nmt[plot]).")] = None,
+        help="Save a cross-attention heatmap PNG per sentence into this dir (needs nmt\\[plot]).")] = None,
     attention_layer: Annotated[int, typer.Option(help="Decoder layer for --attention (-1 = last).")] = -1,
     all_heads: Annotated[bool, typer.Option(
         "--all-heads", help="With --attention: also a grid of every head of every layer.")] = False,
@@ -230,7 +233,7 @@ def plot(
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="PNG to write (default: RUN_DIR/curves.png).")] = None,
 ) -> None:
-    """Plot training/validation curves (loss, perplexity, BLEU, learning rate) to a PNG (needs nmt[plot])."""
+    """Plot training/validation curves (loss, perplexity, BLEU, learning rate) to a PNG (needs nmt\\[plot])."""
     from nmt.plot import plot_curves
 
     typer.echo(f"wrote {plot_curves(run_dir, output or run_dir / 'curves.png')}", err=True)

@@ -95,13 +95,19 @@ class TrainConfig:
     log_every: int = 100
     valid_every: int = 1000
     valid_bleu_sentences: int = 500  # greedy-decode this many valid sentences for BLEU (0 = skip BLEU)
-    best_metric: str = "bleu"  # bleu | loss
+    best_metric: str = "bleu"  # bleu | loss (loss when valid_bleu_sentences is 0: no BLEU is computed)
     patience: int = 0  # validations without improvement before stopping (0 = never)
     save_every: int = 1000
-    keep_last: int = 5
+    keep_last: int = 5  # step checkpoints kept; at least average_last are (averaging reads them): max of the two
     average_last: int = 5  # average this many last checkpoints into averaged.pt at the end (0/1 = off)
     max_bad_updates: int = 10  # abort after this many consecutive NaN/inf updates
     tensorboard: bool = False  # also write the metrics as TensorBoard scalars to RUN_DIR/tensorboard
+    resume_on_new_data: bool = False  # continue a run whose data dir was prepared again (else an error)
+
+    @property
+    def checkpoints_kept(self) -> int:
+        """keep_last, but never fewer than average_last: the averaging at the end reads them."""
+        return max(self.keep_last, self.average_last)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from nmt.errors import NmtError, first_line
+from nmt.errors import ConfigError, NmtError, first_line
 from nmt.io import atomic_write_text
 from nmt.tokenizer import Tokenizer
 
@@ -118,6 +118,18 @@ class DataDir:
         joint = bool(meta.get("joint_vocab", files["src"] == files["tgt"]))
         return Tokenizer(models[0], None if joint else models[1], src_lang=meta.get("src_lang", "src"),
                          tgt_lang=meta.get("tgt_lang", "tgt"), normalize=(meta.get("options") or {}).get("normalize"))
+
+    def check_positions(self, max_positions: int) -> None:
+        """Every train/valid sentence (+ EOS/BOS) must fit model.max_positions: else the first long batch
+        would crash mid-run."""
+        for split, name in (("train", "training"), ("valid", "validation")):
+            if not self.has_split(split):
+                continue
+            lens = lengths(self.split(split))
+            longest = int(max(lens["src_len"].max(initial=0), lens["tgt_len"].max(initial=0))) + 1
+            if longest > max_positions:
+                raise ConfigError(f"model.max_positions={max_positions} but the longest {name} sentence needs "
+                                  f"{longest} positions; raise it (or prepare with a lower data.max_len)")
 
     def references(self, split: str, n: int) -> list[str]:
         """The first `n` cleaned target sentences of a split (valid/test), for BLEU."""

@@ -242,8 +242,8 @@ class Transformer(nn.Module):
     """Encoder-decoder Transformer. Keyword names equal the fields of `nmt.config.ModelConfig`.
 
     Embeddings: the decoder input embedding and the output projection are always the same matrix;
-    with `share_all_embeddings` the encoder embedding is that matrix too, but only when the two
-    vocabularies have the same size (a joint vocabulary) - otherwise it stays separate.
+    with `share_all_embeddings` the encoder embedding is that matrix too, but only when the data says
+    source and target are one vocabulary (`joint_vocab`): two vocabularies of equal size are still two.
     """
 
     INITIAL_CACHE = 16  # positions preallocated by init_cache before doubling (except on CPU, see there)
@@ -251,12 +251,14 @@ class Transformer(nn.Module):
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_heads: int = 8,
                  d_ff: int = 2048, encoder_layers: int = 6, decoder_layers: int = 6, dropout: float = 0.1,
                  attention_dropout: float = 0.0, activation_dropout: float = 0.0, pre_norm: bool = False,
-                 max_positions: int = 1024, share_all_embeddings: bool = True, *, pad_id: int):
+                 max_positions: int = 1024, share_all_embeddings: bool = True, *, pad_id: int, joint_vocab: bool):
         super().__init__()
         self.d_model, self.n_heads, self.pad_id, self.max_positions = d_model, n_heads, pad_id, max_positions
         self.embed_scale = math.sqrt(d_model)  # §3.4: embeddings are multiplied by sqrt(d_model)
         self.tgt_embed = self._embedding(tgt_vocab_size)
-        self.shares_src_embedding = share_all_embeddings and src_vocab_size == tgt_vocab_size
+        if joint_vocab and src_vocab_size != tgt_vocab_size:
+            raise ValueError(f"a joint vocabulary has one size, got {src_vocab_size} and {tgt_vocab_size}")
+        self.shares_src_embedding = share_all_embeddings and joint_vocab
         self.src_embed = self.tgt_embed if self.shares_src_embedding else self._embedding(src_vocab_size)
         self.register_buffer("positions", sinusoidal_positions(max_positions, d_model), persistent=False)
         self.dropout = Dropout(dropout)
@@ -268,10 +270,12 @@ class Transformer(nn.Module):
         self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
 
     @classmethod
-    def from_config(cls, cfg: Any, src_vocab_size: int, tgt_vocab_size: int, *, pad_id: int) -> Transformer:
+    def from_config(cls, cfg: Any, src_vocab_size: int, tgt_vocab_size: int, *, pad_id: int,
+                    joint_vocab: bool) -> Transformer:
         """The one place a model is built: from a `ModelConfig` (any dataclass with this class's keyword
-        names), the vocabulary sizes of the data and the tokenizer's padding id."""
-        return cls(src_vocab_size, tgt_vocab_size, pad_id=pad_id, **dataclasses.asdict(cfg))
+        names), the vocabulary sizes of the data, the tokenizer's padding id and whether the tokenizer is
+        one vocabulary for both sides."""
+        return cls(src_vocab_size, tgt_vocab_size, pad_id=pad_id, joint_vocab=joint_vocab, **dataclasses.asdict(cfg))
 
     def _embedding(self, vocab_size: int) -> nn.Embedding:
         """N(0, d_model^-0.5) so that scaled by sqrt(d_model) the entries are ~N(0, 1); pad row zero."""

@@ -37,12 +37,21 @@ def adam(params: list[nn.Parameter], **kwargs: Any) -> torch.optim.Adam:
         return torch.optim.Adam(params, **kwargs)
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether this GPU computes in bf16 in hardware: compute capability 8.0 (Ampere) or newer on CUDA.
+    torch.cuda.is_bf16_supported() also says yes where bf16 is only emulated (V100, T4), and slow."""
+    if torch.version.hip:  # ROCm: the GPUs that report bf16 have it
+        return torch.cuda.is_bf16_supported()
+    return torch.cuda.get_device_capability(device) >= (8, 0)
+
+
 def amp_dtype(amp: str, device: torch.device) -> torch.dtype | None:
-    """Autocast dtype: bf16 where supported, fp16 (with GradScaler) on older GPUs, none on CPU by default."""
+    """Autocast dtype: bf16 on GPUs with native bf16, fp16 (with GradScaler) on older GPUs, none on CPU by
+    default."""
     if amp == "none" or (amp == "auto" and device.type != "cuda"):
         return None
     if amp == "auto":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if native_bf16(device) else torch.float16
     if amp == "fp16" and device.type != "cuda":
         raise NmtError("train.amp=fp16 needs a CUDA device (use bf16 or none on CPU)")
     return torch.bfloat16 if amp == "bf16" else torch.float16

@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import torch
 
 from nmt import distributed, trainstate
@@ -24,7 +23,7 @@ from nmt.batching import Batch, TokenBatchSampler, batches_from_dataset, split_b
 from nmt.config import Config
 from nmt.datadir import DataDir, lengths
 from nmt.device import pick_device
-from nmt.errors import ConfigError, NmtError
+from nmt.errors import NmtError
 from nmt.log import Reporter, console
 from nmt.loss import label_smoothed_loss
 from nmt.model import Transformer
@@ -39,15 +38,6 @@ OOM_ERRORS: tuple[type[BaseException], ...] = (torch.cuda.OutOfMemoryError,)
 
 def is_oom(error: BaseException) -> bool:
     return isinstance(error, OOM_ERRORS) or (isinstance(error, RuntimeError) and "out of memory" in str(error))
-
-
-def check_positions(max_positions: int, splits: dict[str, dict[str, np.ndarray]]) -> None:
-    """Every sentence (+ EOS/BOS) must fit model.max_positions: else the first long batch would crash."""
-    for name, lens in splits.items():
-        longest = int(max(lens["src_len"].max(initial=0), lens["tgt_len"].max(initial=0))) + 1
-        if longest > max_positions:
-            raise ConfigError(f"model.max_positions={max_positions} but the longest {name} sentence needs "
-                              f"{longest} positions; raise it (or prepare with a lower data.max_len)")
 
 
 class SkippedUpdate(Exception):
@@ -74,6 +64,9 @@ class Trainer:
         self.train_data = self.data.split("train")
         self.valid_data = self.data.split("valid") if self.data.has_split("valid") else None
         self.lock = self.run_dir.lock() if self.dist.main else None
+        if t.checkpoints_kept > t.keep_last:
+            self.report.warn(f"train.keep_last={t.keep_last} but train.average_last={t.average_last}: keeping the "
+                             f"last {t.checkpoints_kept} checkpoints, which averaging reads")
         try:
             if self.dist.main:
                 self.run_dir.check_experiment(cfg.to_dict(), force)
@@ -87,7 +80,8 @@ class Trainer:
     def _build(self) -> None:
         cfg, t = self.cfg, self.cfg.train
         trainstate.seed_everything(t.seed)
-        self.model = Transformer.from_config(cfg.model, *self.data.vocab_sizes, pad_id=self.special.pad)
+        self.model = Transformer.from_config(cfg.model, *self.data.vocab_sizes, pad_id=self.special.pad,
+                                             joint_vocab=self.tokenizer.joint)
         self.model.to(self.device)
         self.ddp = self.dist.wrap(self.model)
         self.optimizer = adam(list(self.model.parameters()), lr=learning_rate(1, cfg), betas=tuple(t.betas),
@@ -95,10 +89,7 @@ class Trainer:
         self.dtype = amp_dtype(t.amp, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.dtype == torch.float16)
         train_lens = lengths(self.train_data)
-        splits = {"training": train_lens}
-        if self.valid_data is not None and len(self.valid_data):
-            splits["validation"] = lengths(self.valid_data)
-        check_positions(cfg.model.max_positions, splits)
+        self.data.check_positions(cfg.model.max_positions)
         self.sampler = TokenBatchSampler(train_lens["src_len"], train_lens["tgt_len"], t.max_tokens, shuffle=True,
                                          seed=t.seed, num_replicas=self.dist.world, rank=self.dist.rank)
         self.sampler.set_epoch(1)
@@ -132,7 +123,10 @@ class Trainer:
             return False
         trainstate.check_resumable(state, self.data, self.cfg.to_dict())
         self.counters = trainstate.restore(state, self.model, self.optimizer, self.scaler, self.sampler,
-                                           self.dist.rank)
+                                           self.dist.rank, self.dist.world, self.cfg.train.seed)
+        if trainstate.saved_world(state) != self.dist.world:
+            self.report.warn(f"resuming a {trainstate.saved_world(state)}-process run with {self.dist.world}: "
+                             "the batch order continues, dropout starts new random streams")
         self.report.truncate_metrics(self.counters.step)
         self.report.info(f"resumed from {state['_path']} at update {self.counters.step}, "
                          f"epoch {self.counters.epoch}")
@@ -331,8 +325,9 @@ class Trainer:
             d = self.cfg.decode
             result["bleu"] = greedy_bleu(self.model, self.bleu_sources, self.bleu_references, self.tokenizer,
                                          d.max_tokens, d.max_len_a, d.max_len_b, self.device, amp)
-        metric = result.get(t.best_metric, result["loss"])
-        if c.best is None or (metric > c.best if t.best_metric == "bleu" else metric < c.best):
+        name = t.best_metric if t.best_metric in result else "loss"  # no BLEU without valid_bleu_sentences
+        metric = result[name]
+        if c.best is None or (metric > c.best if name == "bleu" else metric < c.best):
             c.best, c.bad_validations = metric, 0
             self.run_dir.save_best(self.snapshot(with_training=False))
         else:
@@ -362,8 +357,7 @@ class Trainer:
         if not self.dist.main:
             return 0.0
         started = time.monotonic()
-        t = self.cfg.train
-        self.run_dir.save_checkpoint(state, self.counters.step, max(t.keep_last, t.average_last))
+        self.run_dir.save_checkpoint(state, self.counters.step, self.cfg.train.checkpoints_kept)
         return time.monotonic() - started
 
     def average(self) -> None:

@@ -66,7 +66,8 @@ def training_state(counters: Counters, optimizer: torch.optim.Optimizer, scaler:
 
 
 def check_resumable(state: dict[str, Any], data: DataDir, cfg: dict[str, Any]) -> None:
-    """A checkpoint continues this run only with the same languages, vocabularies and model."""
+    """A checkpoint continues this run only with the same languages, vocabularies and model, and on the
+    same prepared data unless train.resume_on_new_data says otherwise."""
     where, langs, sizes = state["_path"], data.langs, data.vocab_sizes
     if tuple(state.get("langs", langs)) != langs:
         raise NmtError(f"{where} translates {'->'.join(state['langs'])} but {data} holds {'->'.join(langs)}")
@@ -77,16 +78,35 @@ def check_resumable(state: dict[str, Any], data: DataDir, cfg: dict[str, Any]) -
     diffs = experiment_differences(state["config"], cfg)
     if diffs:
         raise NmtError(f"{where} belongs to another experiment ({diffs[0]}); use --force")
+    old, new = state.get("data_fingerprint"), data.fingerprint
+    if old and new and old != new and not cfg["train"]["resume_on_new_data"]:
+        raise NmtError(f"{where} was trained on other data: {data} was prepared again since (fingerprint "
+                       f"{old[:12]} -> {new[:12]}); use --force to start over, or "
+                       "--set train.resume_on_new_data=true to continue on the new data")
 
 
 def restore(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-            scaler: torch.amp.GradScaler, sampler: Any, rank: int) -> Counters:
-    """Load a training checkpoint into the run's objects; returns its counters."""
+            scaler: torch.amp.GradScaler, sampler: Any, rank: int, world: int, seed: int) -> Counters:
+    """Load a training checkpoint into the run's objects; returns its counters.
+
+    Each rank continues its own RNG stream. Resumed with another number of processes, the streams
+    cannot continue (ranks would be missing or share one): every rank then starts a new one, seeded by
+    (seed, step, rank); the batch order continues either way (the sampler's position is global)."""
     ts = state["train_state"]
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(ts["optimizer"])
     if ts.get("scaler"):
         scaler.load_state_dict(ts["scaler"])
     sampler.load_state_dict(ts["sampler"])
-    set_rng_state(ts["rng"][rank] if isinstance(ts["rng"], list) else ts["rng"])
+    rng = ts["rng"] if isinstance(ts["rng"], list) else [ts["rng"]]
+    if len(rng) == world:
+        set_rng_state(rng[rank])
+    else:
+        seed_everything((seed * 1_000_003 + ts["step"] * 1_009 + rank) % 2**32)
     return Counters(**ts["progress"])
+
+
+def saved_world(state: dict[str, Any]) -> int:
+    """How many processes trained up to this checkpoint."""
+    rng = state["train_state"]["rng"]
+    return len(rng) if isinstance(rng, list) else 1

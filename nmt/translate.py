@@ -62,9 +62,10 @@ class Translation:
     text: list[str]
 
 
-def load_model(state: dict[str, Any], pad_id: int, device: torch.device, dtype: torch.dtype) -> Transformer:
+def load_model(state: dict[str, Any], tokenizer: Tokenizer, device: torch.device, dtype: torch.dtype) -> Transformer:
     cfg = config_from_dict(state["config"])
-    model = Transformer.from_config(cfg.model, state["vocab"]["src"], state["vocab"]["tgt"], pad_id=pad_id)
+    model = Transformer.from_config(cfg.model, state["vocab"]["src"], state["vocab"]["tgt"],
+                                    pad_id=tokenizer.special_ids.pad, joint_vocab=tokenizer.joint)
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as e:
@@ -85,7 +86,7 @@ class Translator:
         self.decode = decode
         self.tokenizer = Tokenizer.from_state(state["tokenizer"])
         self.special = self.tokenizer.special_ids
-        self.model = load_model(state, self.special.pad, self.device, DTYPES[dtype])
+        self.model = load_model(state, self.tokenizer, self.device, DTYPES[dtype])
         if quantize is not None:
             self._quantize(quantize)
         self.max_src = min(decode.max_input_tokens, self.model.max_positions - 1)
@@ -170,10 +171,13 @@ def read_input(stream: IO[bytes], name: str, warn: Any) -> Iterator[str]:
 
 
 def format_translation(t: Translation, line_no: int, nbest: int, scores: bool) -> str:
+    """One output line (`text`, with --scores `text<TAB>log-prob`), or with nbest > 1 one line per hypothesis:
+    `line_no<TAB>text<TAB>score` (score = log-prob / GNMT length penalty, what the beam ranks by), with
+    --scores also `<TAB>log-prob`."""
     if nbest > 1:
-        return "".join(
-            f"{line_no}\t{text}\t{h.score:.4f}\n" for h, text in zip(t.hypotheses, t.text)
-        ) or f"{line_no}\t\t0.0000\n"
+        rows = [(text, h.score, h.logprob) for h, text in zip(t.hypotheses, t.text)] or [("", 0.0, 0.0)]
+        return "".join(f"{line_no}\t{text}\t{score:.4f}" + (f"\t{logprob:.4f}" if scores else "") + "\n"
+                       for text, score, logprob in rows)
     if scores:
         return f"{t.text[0]}\t{t.hypotheses[0].logprob:.4f}\n" if t.hypotheses else "\t0.0000\n"
     return t.text[0] + "\n"

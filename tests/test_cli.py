@@ -119,3 +119,12 @@ def test_python_dash_m_and_console_entry(entry):
     proc = subprocess.run([sys.executable, *entry, "score", "--help"], capture_output=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
     assert proc.returncode == 0 and b"--ref" in proc.stdout
+
+
+def test_translate_help_says_what_the_output_is():
+    env_help = subprocess.run([sys.executable, "-m", "nmt", "translate", "--help"], capture_output=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "250"}, timeout=120)
+    text = " ".join(env_help.stdout.decode().split())
+    assert "needs nmt[plot]" in text  # rich markup used to eat "[plot]"
+    assert "'LINE_NO<TAB>text<TAB>score'" in text and "|||" not in text  # the real n-best format
+    assert "n-best lines included" in text  # --scores with --nbest

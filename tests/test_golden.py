@@ -64,16 +64,18 @@ def first_difference(got: list[str], want: list[str]) -> str:
 
 
 def same_scored_lines(got: str, want: str) -> str | None:
-    """None when every tab-separated field but the last (the score) is identical and the scores agree within
-    SCORE_TOL, printed with as many decimals; otherwise a description of the first difference."""
+    """None when the line number and text (the first two tab-separated fields) are identical and the scores
+    after them (score, log-prob) agree within SCORE_TOL, printed with as many decimals; otherwise a
+    description of the first difference."""
     got_lines, want_lines = got.split("\n"), want.split("\n")
     if len(got_lines) != len(want_lines):
         return first_difference(got_lines, want_lines)
     for i, (g, w) in enumerate(zip(got_lines, want_lines, strict=True), 1):
         if g == w:
             continue
-        (*g_text, g_score), (*w_text, w_score) = g.split("\t"), w.split("\t")
-        if not (w_text and g_text == w_text and _close(g_score, w_score)):
+        g_fields, w_fields = g.split("\t"), w.split("\t")
+        same_text = len(w_fields) > 2 and len(g_fields) == len(w_fields) and g_fields[:2] == w_fields[:2]
+        if not (same_text and all(_close(x, y) for x, y in zip(g_fields[2:], w_fields[2:], strict=True))):
             return f"first difference at output line {i}:\n  got:    {g!r}\n  golden: {w!r}"
     return None
 

@@ -21,7 +21,8 @@ def make_model(pre_norm: bool = False, **kwargs) -> Transformer:
     src_vocab_size, tgt_vocab_size = kwargs.pop("src_vocab_size", V), kwargs.pop("tgt_vocab_size", V)
     args = dict(d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, pre_norm=pre_norm)
     args.update(kwargs)
-    return Transformer(src_vocab_size, tgt_vocab_size, **args, pad_id=PAD).eval()
+    return Transformer(src_vocab_size, tgt_vocab_size, **args, pad_id=PAD,
+                       joint_vocab=src_vocab_size == tgt_vocab_size).eval()
 
 
 def padded(rows: list[list[int]], width: int | None = None) -> torch.Tensor:

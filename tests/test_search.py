@@ -40,7 +40,7 @@ def copy_model() -> tuple[Transformer, list[list[int]]]:
     lengths = torch.randint(1, 8, (48,), generator=g).tolist()
     seqs = [torch.randint(4, V, (n,), generator=g).tolist() for n in lengths]
     model = Transformer(V, V, d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0,
-                        pad_id=PAD)
+                        pad_id=PAD, joint_vocab=True)
     src, tgt_in, labels = batch(seqs)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     for _ in range(400):
@@ -56,7 +56,7 @@ def copy_model() -> tuple[Transformer, list[list[int]]]:
 def random_model(**kwargs) -> Transformer:
     torch.manual_seed(1)
     dims = dict(d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=2)
-    return Transformer(V, V, **dims, **kwargs, pad_id=PAD).eval()
+    return Transformer(V, V, **dims, **kwargs, pad_id=PAD, joint_vocab=True).eval()
 
 
 def teacher_forced_logprob(model: Transformer, src_row: torch.Tensor, tokens: list[int]) -> float:

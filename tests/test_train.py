@@ -298,3 +298,97 @@ def test_ddp_with_gloo_matches_single_process(demo_data, tmp_path):
     total = sum(a[k].double().norm() ** 2 for k in a) ** 0.5
     assert diff / total < 1e-3
     assert json.loads((ddp / "metrics.jsonl").read_text().splitlines()[0])["step"] == 1  # rank 0 only
+
+
+# ---------------------------------------------------------------- issue 12: defects found by reading and use
+
+
+def test_best_checkpoint_falls_back_to_loss_with_lower_is_better(demo_data, tmp_path):
+    """best_metric bleu without BLEU (valid_bleu_sentences 0): best.pt must be the lowest validation loss."""
+    run = tmp_path / "run"
+    summary = train(tiny_config(demo_data, run, "train.valid_every=1", "train.valid_bleu_sentences=0",
+                                "train.max_updates=5", "train.lr=1e-2", "train.save_every=1",
+                                "train.keep_last=5"), progress=False)
+    losses = [v["loss"] for v in metrics(run, "valid")]
+    assert len(losses) == 5 and losses[-1] < losses[0]  # learning: the first validation is not the best
+    assert summary["best"] == min(losses)
+    best_step = 1 + losses.index(min(losses))
+    assert_same_weights(weights(run / "best.pt"), weights(run / f"checkpoint_{best_step}.pt"))
+
+
+def test_separate_vocabularies_of_equal_size_are_not_tied(demo_raw, tmp_path):
+    from nmt.prepare import prepare
+
+    cfg = load_config(None, [f"data.dir={tmp_path / 'data'}", "data.vocab_size=300", "data.joint_vocab=false"]).data
+    cfg.train, cfg.valid = demo_raw["train"], demo_raw["valid"]
+    meta = prepare(cfg, progress=False)
+    assert meta["src_vocab_size"] == meta["tgt_vocab_size"] == 300  # equal sizes, two vocabularies
+    run = tmp_path / "run"
+    train(tiny_config(tmp_path / "data", run, "train.max_updates=1"), progress=False)
+    model = weights(run / "last.pt")
+    assert not torch.equal(model["src_embed.weight"], model["tgt_embed.weight"])
+
+
+def test_resume_on_a_data_dir_prepared_again_is_refused_unless_asked(demo_data, tmp_path):
+    from nmt.demo import write_demo
+    from nmt.prepare import prepare
+
+    run, data = tmp_path / "run", tmp_path / "data"
+    cfg = load_config(None, [f"data.dir={data}", "data.vocab_size=400"]).data
+    first = write_demo(tmp_path / "raw1", n_train=2000, n_valid=50, n_test=10, seed=3)
+    cfg.train, cfg.valid = first["train"], first["valid"]
+    prepare(cfg, progress=False)
+    train(tiny_config(data, run, "train.max_updates=2"), progress=False)
+    second = write_demo(tmp_path / "raw2", n_train=2000, n_valid=50, n_test=10, seed=4)  # same languages and sizes
+    cfg.train, cfg.valid = second["train"], second["valid"]
+    prepare(cfg, force=True, progress=False)
+    with pytest.raises(NmtError, match=r"trained on other data: .* was prepared again .*resume_on_new_data=true"):
+        train(tiny_config(data, run, "train.max_updates=4"), progress=False)
+    summary = train(tiny_config(data, run, "train.max_updates=4", "train.resume_on_new_data=true"), progress=False)
+    assert summary["step"] == 4 and [r["step"] for r in metrics(run)] == [1, 2, 3, 4]
+
+
+def test_amp_auto_uses_fp16_on_gpus_that_only_emulate_bf16(monkeypatch):
+    from nmt.optim import amp_dtype
+
+    gpu = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)  # as on a V100
+    monkeypatch.setattr(torch.version, "hip", None)
+    for capability, expected in (((7, 0), torch.float16), ((7, 5), torch.float16), ((8, 0), torch.bfloat16),
+                                 ((9, 0), torch.bfloat16)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        assert amp_dtype("auto", gpu) == expected, capability
+    assert amp_dtype("auto", torch.device("cpu")) is None
+
+
+def test_resume_with_another_number_of_processes(demo_data, tmp_path):
+    """A checkpoint of a 2-process run resumed by 3 processes (here: rank 2 of 3) restores the weights and
+    counters and seeds a new RNG stream instead of failing on the missing rank."""
+    from nmt import trainstate
+    from nmt.train import Trainer
+
+    run = tmp_path / "run"
+    train(tiny_config(demo_data, run, "train.max_updates=2"), progress=False)
+    state = checkpoint.load(run / "last.pt")
+    state["_path"] = str(run / "last.pt")
+    state["train_state"]["rng"] = [state["train_state"]["rng"]] * 2  # as saved by two ranks
+    trainer = Trainer(tiny_config(demo_data, tmp_path / "other", "train.max_updates=4"), progress=False)
+    try:
+        counters = trainstate.restore(state, trainer.model, trainer.optimizer, trainer.scaler, trainer.sampler,
+                                      rank=2, world=3, seed=1)
+    finally:
+        trainer.close()
+    assert counters.step == 2 and trainstate.saved_world(state) == 2
+    assert_same_weights(trainer.model.state_dict(), state["model"])
+    again = torch.rand(3)
+    trainstate.restore(state, trainer.model, trainer.optimizer, trainer.scaler, trainer.sampler, rank=2, world=3,
+                       seed=1)
+    assert torch.equal(torch.rand(3), again)  # the new stream is deterministic
+
+
+def test_keep_last_below_average_last_keeps_enough_and_says_so(demo_data, tmp_path, capsys):
+    run = tmp_path / "run"
+    train(tiny_config(demo_data, run, "train.keep_last=1", "train.average_last=3", "train.save_every=1",
+                      "train.max_updates=5"), progress=False)
+    assert [s for s, _ in RunDir(run).step_checkpoints()] == [3, 4, 5]
+    assert "train.keep_last=1 but train.average_last=3: keeping the last 3 checkpoints" in capsys.readouterr().err

@@ -230,3 +230,16 @@ def test_stdin_and_stdout(demo_run, monkeypatch, capsys):
     translate_file(load_config(None, ["decode.beam=2"]), TranslateOptions(checkpoint=demo_run / "best.pt"),
                    None, None)
     assert len(capsys.readouterr().out.split("\n")) == 4
+
+
+def test_scores_with_nbest_add_the_log_prob(demo_run, tmp_path):
+    """--scores used to be ignored with --nbest > 1: now each n-best line ends with its log-probability."""
+    (tmp_path / "in.txt").write_text("forty-two\n\n")
+    opts = TranslateOptions(checkpoint=demo_run / "averaged.pt", scores=True, progress=False)
+    translate_file(load_config(None, ["decode.beam=3", "decode.nbest=2"]), opts, tmp_path / "in.txt",
+                   tmp_path / "out.txt")
+    rows = [r.split("\t") for r in (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()]
+    assert [r[0] for r in rows] == ["1", "1", "2"] and all(len(r) == 4 for r in rows)
+    for _, _, score, logprob in rows[:2]:
+        assert float(logprob) <= float(score) < 0  # the length penalty divides by a factor >= 1
+    assert rows[2][1:] == ["", "0.0000", "0.0000"]  # an empty line still gets its row
