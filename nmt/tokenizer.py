@@ -53,7 +53,7 @@ def train_spm(sentences: Iterable[str], vocab_size: int, model_type: str = "bpe"
             input_sentence_size=sample_cap, shuffle_input_sentence=True,
             num_threads=os.cpu_count() or 1, minloglevel=2,
         )
-    except (RuntimeError, ValueError) as e:  # ValueError: an option SentencePiece does not know
+    except (RuntimeError, ValueError, SyntaxError) as e:  # an unknown option value: ValueError, SyntaxError < 0.2.3
         raise NmtError(_spm_error(str(e), vocab_size)) from None
     return writer.getvalue()
 

@@ -7,9 +7,12 @@ writes exactly one output line per input line (K lines with --nbest K).
 from __future__ import annotations
 
 import contextlib
+import io
+import os
+import select
 import sys
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -142,13 +145,16 @@ class Translator:
                 results[r].text = self.tokenizer.decode_tgt([h.tokens for h in hyps])
         return results
 
-    def stream(self, lines: Iterable[str], *, need_attention: bool = False) -> Iterator[Translation]:
-        """Translate an iterable of lines chunk by chunk (bounded memory)."""
+    def stream(self, lines: Iterable[str], *, need_attention: bool = False,
+               waiting: Callable[[], bool] = lambda: True) -> Iterator[Translation]:
+        """Translate an iterable of lines chunk by chunk (bounded memory). A chunk is cut early when
+        `waiting()` says no further line is there yet: what has arrived is answered now, never held back
+        waiting for more (an interactive user, a pipe that sends a line and waits)."""
         chunk: list[str] = []
         first = 1
         for line in lines:
             chunk.append(line)
-            if len(chunk) >= self.decode.chunk_lines:
+            if len(chunk) >= self.decode.chunk_lines or not waiting():
                 yield from self.translate_chunk(chunk, first_line=first, need_attention=need_attention)
                 first += len(chunk)
                 chunk = []
@@ -159,9 +165,53 @@ class Translator:
 # --------------------------------------------------------------------------- files
 
 
-def read_input(stream: IO[bytes], name: str, warn: Any) -> Iterator[str]:
+class InputLines:
+    """The lines of a binary input, split on '\\n' only (CR stripped; invalid UTF-8 replaced, with a warning
+    naming the line). Read straight from the file descriptor so that `waiting()` can tell whether another
+    line is already there without blocking: a file or a busy pipe always has one, a terminal or a pipe
+    that sends a line and waits does not."""
+
+    def __init__(self, stream: IO[bytes], name: str, warn: Callable[[str], None]):
+        self.stream, self.name, self.warn = stream, name, warn
+        try:
+            self.fd: int | None = stream.fileno()
+        except (OSError, AttributeError, io.UnsupportedOperation):
+            self.fd = None  # an in-memory stream: all of it is there already
+        self.buffer, self.pos = b"", 0  # bytes read, and where the next line starts in them
+
+    def waiting(self) -> bool:
+        if self.fd is None or self.buffer.find(b"\n", self.pos) >= 0:
+            return True
+        try:  # a regular file is always "ready"; a pipe or terminal only when bytes (or EOF) are there
+            return bool(select.select([self.fd], [], [], 0)[0])
+        except (OSError, ValueError):
+            return True
+
+    def _raw_lines(self) -> Iterator[bytes]:
+        if self.fd is None:
+            yield from self.stream
+            return
+        eof = False
+        while True:
+            end = self.buffer.find(b"\n", self.pos)
+            if end >= 0:
+                line, self.pos = self.buffer[self.pos:end + 1], end + 1
+                yield line
+            elif eof:
+                if self.pos < len(self.buffer):
+                    yield self.buffer[self.pos:]
+                return
+            else:
+                data = os.read(self.fd, 1 << 16)
+                self.buffer, self.pos, eof = self.buffer[self.pos:] + data, 0, not data
+
+    def __iter__(self) -> Iterator[str]:
+        return read_input(self._raw_lines(), self.name, self.warn)
+
+
+def read_input(raw_lines: Iterable[bytes], name: str, warn: Any) -> Iterator[str]:
     """Lines split on '\\n' only (CR stripped); invalid UTF-8 is replaced, with a warning naming the line."""
-    for number, raw in enumerate(stream, 1):
+    for number, raw in enumerate(raw_lines, 1):
         raw = raw.rstrip(b"\n").rstrip(b"\r")
         try:
             yield raw.decode("utf-8")
@@ -217,12 +267,13 @@ def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, outp
         visuals = _Visuals(opts, translator.tokenizer, align) if need_attention else None
         bar = stack.enter_context(_progress(show_bar))
         count = 0
-        lines = read_input(stream, str(input or "<stdin>"), warn)
-        for count, result in enumerate(translator.stream(lines, need_attention=need_attention), 1):
+        lines = InputLines(stream, str(input or "<stdin>"), warn)
+        results = translator.stream(lines, need_attention=need_attention, waiting=lines.waiting)
+        for count, result in enumerate(results, 1):
             out.write(format_translation(result, count, decode.nbest, opts.scores))
             if visuals is not None:
                 visuals.add(count, result, translator)
-            if count % 256 == 0:
+            if count % 256 == 0 or not lines.waiting():  # nothing more to read yet: show what is done
                 out.flush()
                 bar(count)
         out.flush()

@@ -128,3 +128,36 @@ def test_translate_help_says_what_the_output_is():
     assert "needs nmt[plot]" in text  # rich markup used to eat "[plot]"
     assert "'LINE_NO<TAB>text<TAB>score'" in text and "|||" not in text  # the real n-best format
     assert "n-best lines included" in text  # --scores with --nbest
+
+
+def _line_within(stream, seconds: float) -> bytes:
+    import select
+
+    ready, _, _ = select.select([stream], [], [], seconds)
+    assert ready, f"no output line within {seconds} s"
+    return stream.readline()
+
+
+def test_a_line_is_answered_while_the_pipe_stays_open(demo_run):
+    """Interactive use: each line is translated as soon as it arrives when nothing else is waiting, instead
+    of waiting for a 2,000-line chunk or the end of the input."""
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "nmt", "translate", "--checkpoint", str(demo_run / "averaged.pt"),
+                             "--no-progress"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=env)
+    try:
+        proc.stdin.write(b"forty-two\n")
+        proc.stdin.flush()
+        first = _line_within(proc.stdout, 120)  # start-up included
+        started = time.monotonic()
+        proc.stdin.write(b"three hundred\n")
+        proc.stdin.flush()
+        second = _line_within(proc.stdout, 2.0)
+        answered = time.monotonic() - started
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0 and proc.stdout.read() == b""
+    finally:
+        proc.kill()
+    assert first.strip() and second.strip() and answered < 2.0
