@@ -70,6 +70,8 @@ class DataDir:
     def __init__(self, path: str | Path, meta: dict[str, Any]):
         self.path = Path(path)
         self.meta = meta
+        self._splits: dict[str, Any] = {}  # opened once: training and the start-up checks share them
+        self._lengths: dict[str, dict[str, np.ndarray]] = {}
 
     @classmethod
     def open(cls, path: str | Path) -> DataDir:
@@ -95,6 +97,17 @@ class DataDir:
 
     def split(self, split: str):  # -> datasets.Dataset
         """A prepared split as a memory-mapped `datasets.Dataset`."""
+        if split not in self._splits:
+            self._splits[split] = self._load_split(split)
+        return self._splits[split]
+
+    def split_lengths(self, split: str) -> dict[str, np.ndarray]:
+        """src_len and tgt_len of a split (read once)."""
+        if split not in self._lengths:
+            self._lengths[split] = lengths(self.split(split))
+        return self._lengths[split]
+
+    def _load_split(self, split: str):
         import datasets
 
         path = self.path / split
@@ -125,7 +138,7 @@ class DataDir:
         for split, name in (("train", "training"), ("valid", "validation")):
             if not self.has_split(split):
                 continue
-            lens = lengths(self.split(split))
+            lens = self.split_lengths(split)
             longest = int(max(lens["src_len"].max(initial=0), lens["tgt_len"].max(initial=0))) + 1
             if longest > max_positions:
                 raise ConfigError(f"model.max_positions={max_positions} but the longest {name} sentence needs "

@@ -25,7 +25,6 @@ class Reporter:
                  tensorboard: bool = False):
         self.enabled = enabled
         self.run_dir = run_dir
-        self.tensorboard_dir = run_dir.path / "tensorboard"
         self.writer_class: Any = _summary_writer() if enabled and tensorboard else None
         self.writer: Any = None  # created on first use, so that a resume can purge the steps it redoes
         self.purge_step: int | None = None
@@ -57,7 +56,7 @@ class Reporter:
     def _scalars(self, record: dict[str, Any]) -> None:
         """train/loss, valid/bleu, ... against the update number."""
         if self.writer is None:
-            self.writer = self.writer_class(str(self.tensorboard_dir), purge_step=self.purge_step)
+            self.writer = self.writer_class(str(self.run_dir.tensorboard), purge_step=self.purge_step)
         for key, value in record.items():
             if key not in ("type", "step", "epoch", "time") and isinstance(value, (int, float)):
                 self.writer.add_scalar(f"{record['type']}/{key}", value, record["step"])

@@ -42,12 +42,12 @@ from nmt import corpus, datadir
 from nmt.config import Config, DataConfig, validate_data
 from nmt.demo import write_demo
 from nmt.errors import NmtError
+from nmt.log import console
 from nmt.tokenizer import Tokenizer, train_spm
 
 
 def run(cfg: Config, *, demo: bool = False, force: bool = False) -> dict[str, Any]:
     """The `nmt prepare` command: with `demo`, first write the built-in corpus next to the data dir."""
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
     if demo:
         raw = Path(cfg.data.dir + "-raw")
         prefixes = write_demo(raw, seed=cfg.data.seed, src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang)
@@ -65,7 +65,6 @@ def prepare(cfg: DataConfig, *, force: bool = False, progress: bool = True) -> d
     unless `force`, which always rebuilds (files of the old preparation are replaced or removed;
     other files in the directory are left alone).
     """
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
     if not cfg.train:
         raise NmtError("no training data: data.train is not set (pass --train: a file prefix, a .tsv file, "
                        "or a datasets name/directory; or --demo)")

@@ -7,6 +7,7 @@ runs/NAME/
   metrics.jsonl      one JSON record per log step and per validation
   checkpoint_<N>.pt  every train.save_every updates (the newest keep_last kept); last.pt links the newest
   best.pt            best validation checkpoint; averaged.pt: average of the last checkpoints
+  tensorboard/       the metrics as TensorBoard scalars (train.tensorboard)
 ```
 This module is the only one that knows these names.
 """
@@ -101,6 +102,7 @@ class RunDir:
         self.last = self.path / "last.pt"
         self.best = self.path / "best.pt"
         self.averaged = self.path / "averaged.pt"
+        self.tensorboard = self.path / "tensorboard"
 
     def __str__(self) -> str:
         return str(self.path)

@@ -21,7 +21,7 @@ import torch
 from nmt import distributed, trainstate
 from nmt.batching import Batch, TokenBatchSampler, batches_from_dataset, split_batch
 from nmt.config import Config
-from nmt.datadir import DataDir, lengths
+from nmt.datadir import DataDir
 from nmt.device import pick_device
 from nmt.errors import NmtError
 from nmt.log import Reporter, console
@@ -88,7 +88,7 @@ class Trainer:
                               eps=t.eps, weight_decay=t.weight_decay)
         self.dtype = amp_dtype(t.amp, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.dtype == torch.float16)
-        train_lens = lengths(self.train_data)
+        train_lens = self.data.split_lengths("train")
         self.data.check_positions(cfg.model.max_positions)
         self.sampler = TokenBatchSampler(train_lens["src_len"], train_lens["tgt_len"], t.max_tokens, shuffle=True,
                                          seed=t.seed, num_replicas=self.dist.world, rank=self.dist.rank)
@@ -124,8 +124,8 @@ class Trainer:
         trainstate.check_resumable(state, self.data, self.cfg.to_dict())
         self.counters = trainstate.restore(state, self.model, self.optimizer, self.scaler, self.sampler,
                                            self.dist.rank, self.dist.world, self.cfg.train.seed)
-        if trainstate.saved_world(state) != self.dist.world:
-            self.report.warn(f"resuming a {trainstate.saved_world(state)}-process run with {self.dist.world}: "
+        if (saved := trainstate.saved_world(state)) != self.dist.world:
+            self.report.warn(f"resuming a {saved}-process run with {self.dist.world}: "
                              "the batch order continues, dropout starts new random streams")
         self.report.truncate_metrics(self.counters.step)
         self.report.info(f"resumed from {state['_path']} at update {self.counters.step}, "
