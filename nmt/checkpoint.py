@@ -68,21 +68,36 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
 
 
 def average(paths: list[Path]) -> dict[str, Any]:
-    """Average the weights of several checkpoints (Vaswani et al.: last 5/20 checkpoints)."""
+    """Average the weights of several checkpoints (Vaswani et al.: last 5/20 checkpoints). Names that share
+    one tensor in the first checkpoint (tied embeddings) share one averaged tensor, as the model saved them."""
     if not paths:
         raise NmtError("no checkpoints to average")
     first = load(paths[0])
-    total = {k: v.double() if v.is_floating_point() else v.clone() for k, v in first["model"].items()}
+    names = _tensors_by_storage(first["model"])
+    total = {k: first["model"][k].double() if first["model"][k].is_floating_point() else first["model"][k].clone()
+             for k in names}
     for p in paths[1:]:
         model = load(p)["model"]
-        if model.keys() != total.keys():
+        if model.keys() != first["model"].keys():
             raise CheckpointError(f"{p}: parameters differ from {paths[0]}; cannot average")
-        for k, v in model.items():
+        for k, v in total.items():
             if v.is_floating_point():
-                total[k] += v.double()
-    dtype = {k: v.dtype for k, v in first["model"].items()}
-    averaged = {k: (v / len(paths)).to(dtype[k]) if v.is_floating_point() else v for k, v in total.items()}
+                v += model[k].double()
+    averaged = {}
+    for k, v in total.items():
+        dtype = first["model"][k].dtype
+        mean = (v / len(paths)).to(dtype) if v.is_floating_point() else v
+        averaged.update(dict.fromkeys(names[k], mean))
     out = {k: v for k, v in first.items() if k not in ("model", "train_state", "format", "version")}
-    out["model"] = averaged
+    out["model"] = {k: averaged[k] for k in first["model"]}
     out["averaged_from"] = [str(p) for p in paths]
     return out
+
+
+def _tensors_by_storage(weights: dict[str, torch.Tensor]) -> dict[str, list[str]]:
+    """First name of each distinct tensor -> every name that is that same tensor (same storage and view)."""
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for name, t in weights.items():
+        view = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        groups.setdefault(view, []).append(name)
+    return {group[0]: group for group in groups.values()}

@@ -21,7 +21,7 @@ app = typer.Typer(
     name="nmt",
     help="Train and run Transformer translation models: prepare -> train -> translate -> score.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -101,6 +101,10 @@ def prepare(
     demo: Annotated[bool, typer.Option(
         "--demo", help="Generate the built-in English->German numbers/dates corpus and prepare it.")] = False,
     force: Annotated[bool, typer.Option(help="Overwrite a data dir that holds a different preparation.")] = False,
+    progress: Annotated[bool | None, typer.Option(
+        "--progress/--no-progress",
+        help="A bar per stage on stderr: reading, SentencePiece, encoding (default: when stderr is a terminal)."),
+    ] = None,
 ) -> None:
     """Clean parallel text, train SentencePiece and store encoded, length-indexed data."""
     from nmt import prepare as command
@@ -109,7 +113,7 @@ def prepare(
         "data.train": train, "data.valid": valid, "data.test": test, "data.src_lang": src_lang,
         "data.tgt_lang": tgt_lang, "data.dir": data_dir, "data.vocab_size": vocab_size, "data.num_proc": num_proc,
     }))
-    command.run(cfg, demo=demo, force=force)
+    command.run(cfg, demo=demo, force=force, progress=progress)
 
 
 @app.command()
@@ -237,6 +241,19 @@ def plot(
     from nmt.plot import plot_curves
 
     typer.echo(f"wrote {plot_curves(run_dir, output or run_dir / 'curves.png')}", err=True)
+
+
+@app.command()
+@user_errors
+def info(
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="A checkpoint (.pt), a run dir or a prepared data dir.")],
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="One JSON object (one line) instead of tables: sizes in bytes, times in seconds.")] = False,
+) -> None:
+    """Say what a checkpoint, run dir or data dir holds: model, vocabularies, training progress, files."""
+    from nmt import info as command
+
+    command.run(path, json_out=json_out)
 
 
 def main(args: list[str] | None = None) -> None:

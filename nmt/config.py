@@ -109,6 +109,11 @@ class TrainConfig:
         """keep_last, but never fewer than average_last: the averaging at the end reads them."""
         return max(self.keep_last, self.average_last)
 
+    @property
+    def best_by(self) -> str:
+        """The metric best.pt and patience follow: BLEU only when validation computes it, else the loss."""
+        return "bleu" if self.best_metric == "bleu" and self.valid_bleu_sentences > 0 else "loss"
+
 
 @dataclass
 class DecodeConfig:

@@ -1,6 +1,7 @@
-"""Training output: a rich progress bar (terminal) or plain log lines (files/CI), the records of
-metrics.jsonl (kept by nmt.rundir) and, with train.tensorboard, the same numbers as TensorBoard scalars
-in RUN_DIR/tensorboard."""
+"""What long jobs tell the user on stderr: the one look of a progress bar (`progress_bar`, used by
+prepare and translate), and training's output: a rich bar (terminal) or plain log lines (files/CI), the
+records of metrics.jsonl (kept by nmt.rundir) and, with train.tensorboard, the same numbers as
+TensorBoard scalars in RUN_DIR/tensorboard."""
 
 from __future__ import annotations
 
@@ -10,12 +11,77 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
 
 from nmt.errors import NmtError
 from nmt.rundir import RunDir
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def show_progress(asked: bool | None) -> bool:
+    """--progress/--no-progress, or by default: only when stderr is a terminal (never in logs or CI)."""
+    return sys.stderr.isatty() if asked is None else asked
+
+
+class _Count(ProgressColumn):
+    """`1,234 pairs`, or `1,234/5,000 lines` when the total is known."""
+
+    def __init__(self, unit: str):
+        super().__init__()
+        self.unit = unit
+
+    def render(self, task: Task) -> Text:
+        total = f"/{task.total:,.0f}" if task.total is not None else ""
+        return Text(f"{task.completed:,.0f}{total} {self.unit}")
+
+
+def _average_speed(task: Task) -> float | None:
+    """Items per second since the start. Not rich's recent-window speed: translate's output arrives a
+    sorted chunk at a time, and a window that sees one jump reads as a million lines/s."""
+    return task.completed / task.elapsed if task.elapsed and task.completed else None
+
+
+class _Rate(ProgressColumn):
+    def __init__(self, unit: str):
+        super().__init__()
+        self.unit = unit
+
+    def render(self, task: Task) -> Text:
+        speed = _average_speed(task)
+        return Text(f"{speed:,.0f} {self.unit}/s" if speed else f"- {self.unit}/s", style="progress.data.speed")
+
+
+class _TimeLeft(ProgressColumn):
+    """Time left at the average speed; -:--:-- while the total or the speed is unknown."""
+
+    def render(self, task: Task) -> Text:
+        speed = _average_speed(task)
+        if task.total is None or not speed:
+            return Text("-:--:--", style="progress.remaining")
+        seconds = int(max(task.total - task.completed, 0) / speed)
+        return Text(f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}", style="progress.remaining")
+
+
+def progress_bar(unit: str, *, enabled: bool, transient: bool = False) -> Progress:
+    """A stage of a long job on stderr: `what ━━━ 1,234/5,000 lines 410 lines/s 0:00:03 0:00:09`. With no
+    total the bar pulses and the time left shows as -:--:--. `{task.fields[note]}` adds a remark
+    (e.g. how many pairs the filters kept)."""
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), _Count(unit), _Rate(unit),
+                    TextColumn("{task.fields[note]}"), TimeElapsedColumn(), _TimeLeft(),
+                    console=console, disable=not enabled, transient=transient,
+                    redirect_stdout=False)  # stdout carries results (translations), never the bar's output
 
 
 class Reporter:

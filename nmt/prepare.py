@@ -8,8 +8,8 @@ Pipeline (memory stays bounded whatever the corpus size — nothing holds a list
    files (pyarrow record batches, opened as a memory-mapped `Dataset`) in a temp dir inside the output dir.
 2. train SentencePiece (joint: both sides into one model; separate: one per side) from a stream
    over the Arrow text; SentencePiece keeps a seeded reservoir sample of `spm_sample` sentences.
-3. encode with `datasets.map(batched=True, num_proc=...)`, drop training pairs by token length
-   (too_long, ratio) and `save_to_disk` each split.
+3. encode in `num_proc` worker processes (chunks of rows in, Arrow record batches out, written in
+   order), drop training pairs by token length (too_long, ratio) and `save_to_disk` each split.
 4. move the results into `cfg.dir` and write meta.json last (atomically): a crash at any point
    leaves either the old complete preparation or a directory without meta.json, never a
    half-written one that looks valid.
@@ -23,37 +23,39 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress, TaskID
 
 from nmt import corpus, datadir
 from nmt.config import Config, DataConfig, validate_data
 from nmt.demo import write_demo
 from nmt.errors import NmtError
-from nmt.log import console
+from nmt.log import console, progress_bar, show_progress
 from nmt.tokenizer import Tokenizer, train_spm
 
 
-def run(cfg: Config, *, demo: bool = False, force: bool = False) -> dict[str, Any]:
-    """The `nmt prepare` command: with `demo`, first write the built-in corpus next to the data dir."""
+def run(cfg: Config, *, demo: bool = False, force: bool = False, progress: bool | None = None) -> dict[str, Any]:
+    """The `nmt prepare` command: with `demo`, first write the built-in corpus next to the data dir.
+    `progress`: bars on stderr (None: when stderr is a terminal)."""
     if demo:
         raw = Path(cfg.data.dir + "-raw")
         prefixes = write_demo(raw, seed=cfg.data.seed, src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang)
         cfg.data.train, cfg.data.valid, cfg.data.test = prefixes["train"], prefixes["valid"], prefixes["test"]
         console.print(f"demo corpus written to {raw}")
-    meta = prepare(cfg.data, force=force)
+    meta = prepare(cfg.data, force=force, progress=show_progress(progress))
     console.print(f"prepared {cfg.data.dir}: {meta['splits']['train']['pairs']:,} training pairs")
     return meta
 
@@ -142,18 +144,6 @@ def _datasets_quiet() -> Iterator[None]:
         (datasets.enable_progress_bars if bars else datasets.disable_progress_bars)()
 
 
-@contextmanager
-def _datasets_bars(show: bool) -> Iterator[None]:
-    import datasets
-
-    if show:
-        datasets.enable_progress_bars()
-    try:
-        yield
-    finally:
-        datasets.disable_progress_bars()
-
-
 # ---------------------------------------------------------------- building
 
 
@@ -172,9 +162,8 @@ def _build(cfg: DataConfig, sources: dict[str, corpus.Source], tmp: Path, consol
 
     # 2. SentencePiece
     started = time.perf_counter()
-    status = console.status("training SentencePiece...") if progress else nullcontext()
-    with status:
-        tokenizer = _train_tokenizer(cfg, raw["train"])
+    with progress_bar("sentences", enabled=progress) as bar:
+        tokenizer = _train_tokenizer(cfg, raw["train"], bar)
     _return_freed_memory()
     spm_files = datadir.write_tokenizer(tokenizer, tmp)
     kind = "joint" if cfg.joint_vocab else "separate"
@@ -184,7 +173,7 @@ def _build(cfg: DataConfig, sources: dict[str, corpus.Source], tmp: Path, consol
     # 3. encode, length-filter train, save
     splits = {}
     for split, dataset in raw.items():
-        encoded = _encode(cfg, split, dataset, tokenizer, progress)
+        encoded = _encode(cfg, split, dataset, tokenizer, tmp, progress)
         src_len = encoded.data.column("src_len").to_numpy()
         tgt_len = encoded.data.column("tgt_len").to_numpy()
         if split == "train":
@@ -223,12 +212,6 @@ def _encoded_features():  # -> datasets.Features
                               "tgt_len": datasets.Value("int32")})
 
 
-def _progress(progress: bool) -> Progress:
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                    TextColumn("{task.completed:,} pairs"), TimeElapsedColumn(),
-                    console=Console(stderr=True), disable=not progress, transient=False)
-
-
 def _read_split(cfg: DataConfig, split: str, tmp: Path, filters: corpus.PairFilter | None, progress: bool):
     """Stream one split into an Arrow text file (a memory-mapped Dataset); valid/test text also goes
     to <split>.<lang>. Batches are written with pyarrow directly: `Dataset.from_generator` gives the
@@ -253,10 +236,10 @@ def _read_split(cfg: DataConfig, split: str, tmp: Path, filters: corpus.PairFilt
         tgt_batch.clear()
 
     with (pa.OSFile(str(arrow), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer,
-          _progress(progress) as bar):
+          progress_bar("pairs", enabled=progress) as bar):
         files = [open(path, "w", encoding="utf-8", newline="\n") for path in texts]
         try:
-            task = bar.add_task(f"reading {split}", total=None)
+            task = bar.add_task(f"reading {split}", total=None, note="")
             count = 0
             for count, (src, tgt) in enumerate(pairs, 1):
                 src, tgt = corpus.normalize(src, cfg.normalize), corpus.normalize(tgt, cfg.normalize)
@@ -269,10 +252,10 @@ def _read_split(cfg: DataConfig, split: str, tmp: Path, filters: corpus.PairFilt
                     if len(src_batch) == 10_000:
                         flush(writer)
                 if count % 20_000 == 0:
-                    bar.update(task, completed=count)
+                    bar.update(task, completed=count, note=_kept(filters))
             if src_batch:
                 flush(writer)
-            bar.update(task, completed=count)
+            bar.update(task, completed=count, total=count, note=_kept(filters))
         finally:
             for f in files:
                 f.close()
@@ -288,25 +271,47 @@ def _return_freed_memory() -> None:
         pass
 
 
+def _kept(filters: corpus.PairFilter | None) -> str:
+    """The reading bar's remark for training data: pairs past the text filters so far."""
+    if filters is None:
+        return ""
+    c = filters.counts
+    return f"{c['read'] - c['empty'] - c['duplicate']:,} kept"
+
+
 def _stream_text(dataset, columns: tuple[str, ...]) -> Iterator[str]:
     for batch in dataset.select_columns(list(columns)).iter(batch_size=10_000):
         for column in columns:
             yield from batch[column]
 
 
-def _train_tokenizer(cfg: DataConfig, train) -> Tokenizer:
+def _counted(sentences: Iterable[str], bar: Progress, task: TaskID, training: str) -> Iterator[str]:
+    """Feed SentencePiece while counting; once the stream is used up, its own training runs (no
+    progress to report from inside it: the bar then says so and shows the time spent)."""
+    for count, sentence in enumerate(sentences, 1):
+        yield sentence
+        if count % 10_000 == 0:
+            bar.update(task, completed=count)
+    bar.update(task, completed=bar.tasks[task].total, description=training)
+
+
+def _train_tokenizer(cfg: DataConfig, train, bar: Progress) -> Tokenizer:
     options = dict(vocab_size=cfg.vocab_size, model_type=cfg.spm_type,
                    character_coverage=cfg.character_coverage, seed=cfg.seed, sample_cap=cfg.spm_sample)
     langs = dict(src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, normalize=cfg.normalize)
-    if cfg.joint_vocab:
-        return Tokenizer(train_spm(_stream_text(train, ("src", "tgt")), **options), **langs)
+    sides = {"src": cfg.src_lang, "tgt": cfg.tgt_lang}
+    groups = [("src", "tgt")] if cfg.joint_vocab else [("src",), ("tgt",)]
     models = []
-    for column, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang)):
+    for columns in groups:
+        what = "SentencePiece " + "+".join(sides[c] for c in columns)
+        task = bar.add_task(f"{what}: reading", total=len(train) * len(columns), note="")
+        stream = _counted(_stream_text(train, columns), bar, task, f"{what}: training")
         try:
-            models.append(train_spm(_stream_text(train, (column,)), **options))
+            models.append(train_spm(stream, **options))
         except NmtError as e:
-            raise NmtError(f"{lang} side: {e}") from None
-    return Tokenizer(models[0], models[1], **langs)
+            raise NmtError(f"{sides[columns[0]]} side: {e}" if len(columns) == 1 else str(e)) from None
+        bar.update(task, description=f"{what}: trained")
+    return Tokenizer(*models, **langs)
 
 
 def _encode_batch(batch: dict[str, list[str]], tokenizer: Tokenizer) -> dict[str, list]:
@@ -316,17 +321,53 @@ def _encode_batch(batch: dict[str, list[str]], tokenizer: Tokenizer) -> dict[str
             "tgt_len": [len(x) for x in tgt]}
 
 
-def _encode(cfg: DataConfig, split: str, dataset, tokenizer: Tokenizer, progress: bool):
-    import datasets
+_worker: dict[str, Any] = {}  # an encoding worker's dataset and tokenizer, set once per process
 
-    if len(dataset) == 0:  # map() on no rows would not add the new columns
-        features = _encoded_features()
-        return datasets.Dataset.from_dict({name: [] for name in features}, features=features)
-    # A worker per >= 1000 rows: forking for a tiny valid set costs more than it saves.
-    procs = max(1, min(cfg.num_proc, len(dataset) // 1000))
-    with _datasets_bars(progress):
-        return dataset.map(_encode_batch, batched=True, batch_size=1000,
-                           num_proc=procs if procs > 1 else None,
-                           remove_columns=["src", "tgt"], features=_encoded_features(),
-                           fn_kwargs={"tokenizer": tokenizer}, new_fingerprint=uuid.uuid4().hex,
-                           desc=f"encoding {split}")
+
+def _init_worker(dataset, tokenizer: Tokenizer) -> None:
+    _worker.update(dataset=dataset, tokenizer=tokenizer)
+
+
+def _encode_rows(rows: tuple[int, int]):  # -> pyarrow.RecordBatch
+    """Encode rows [start, stop) of the text dataset: the worker reads them from the memory-mapped Arrow
+    file itself, so only the ids travel back (as one record batch)."""
+    import pyarrow as pa
+
+    batch = _encode_batch(_worker["dataset"][rows[0]:rows[1]], _worker["tokenizer"])
+    return pa.RecordBatch.from_pydict(batch, schema=_encoded_features().arrow_schema)
+
+
+def _encode(cfg: DataConfig, split: str, dataset, tokenizer: Tokenizer, tmp: Path, progress: bool):
+    """Encode a split into a memory-mapped Arrow dataset, `data.num_proc` processes working on chunks of
+    1,000 rows. Not `Dataset.map`: its tqdm bars cannot be ours, and chunks written in order by one
+    writer give the same file without its per-worker cache files and merge."""
+    import datasets
+    import pyarrow as pa
+
+    chunk = 1000
+    ranges = [(start, min(start + chunk, len(dataset))) for start in range(0, len(dataset), chunk)]
+    procs = max(1, min(cfg.num_proc, len(ranges)))  # forking for a tiny valid set costs more than it saves
+    path = tmp / "cache" / f"{split}-ids.arrow"
+    schema = _encoded_features().arrow_schema
+    with (pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer,
+          progress_bar("pairs", enabled=progress) as bar, _pool(procs, dataset, tokenizer) as pool):
+        task = bar.add_task(f"encoding {split}", total=len(dataset), note="")
+        batches = pool.imap(_encode_rows, ranges) if pool is not None else map(_encode_rows, ranges)
+        for batch in batches:
+            writer.write_batch(batch)
+            bar.advance(task, batch.num_rows)
+    return datasets.Dataset.from_file(str(path))
+
+
+@contextmanager
+def _pool(procs: int, dataset, tokenizer: Tokenizer) -> Iterator[Any]:
+    """`procs` worker processes that hold the dataset and tokenizer, or None to work in this one."""
+    if procs == 1:
+        _init_worker(dataset, tokenizer)
+        try:
+            yield None
+        finally:
+            _worker.clear()
+        return
+    with multiprocessing.get_context().Pool(procs, _init_worker, (dataset, tokenizer)) as pool:
+        yield pool

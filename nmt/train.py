@@ -325,7 +325,7 @@ class Trainer:
             d = self.cfg.decode
             result["bleu"] = greedy_bleu(self.model, self.bleu_sources, self.bleu_references, self.tokenizer,
                                          d.max_tokens, d.max_len_a, d.max_len_b, self.device, amp)
-        name = t.best_metric if t.best_metric in result else "loss"  # no BLEU without valid_bleu_sentences
+        name = t.best_by
         metric = result[name]
         if c.best is None or (metric > c.best if name == "bleu" else metric < c.best):
             c.best, c.bad_validations = metric, 0
@@ -380,7 +380,7 @@ def train(cfg: Config, *, force: bool = False, progress: bool | None = None) -> 
 def run(cfg: Config, *, force: bool = False, progress: bool | None = None) -> dict[str, Any]:
     """The `nmt train` command: train, then one summary line."""
     summary = train(cfg, force=force, progress=progress)
-    best = f", best {cfg.train.best_metric} {summary['best']:.2f}" if summary["best"] is not None else ""
+    best = f", best {cfg.train.best_by} {summary['best']:.2f}" if summary["best"] is not None else ""
     skipped = [f"{summary[key]} {what}" for key, what in (
         ("skipped_updates", "updates skipped"), ("oom_splits", "out-of-memory batch splits"),
         ("oom_skipped", "sentences skipped for memory")) if summary.get(key)]

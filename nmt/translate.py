@@ -11,6 +11,7 @@ import io
 import os
 import select
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from nmt.config import Config, DecodeConfig, apply_dict, config_from_dict, parse
 from nmt.device import pick_device
 from nmt.errors import CheckpointError, NmtError, first_line
 from nmt.io import atomic_output
-from nmt.log import console
+from nmt.log import console, progress_bar, show_progress
 from nmt.model import Transformer
 from nmt.rundir import checkpoint_to_translate
 from nmt.search import Hypothesis, beam_search, greedy_search
@@ -258,14 +259,16 @@ def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, outp
     translator = Translator(state, decode, device=opts.device, dtype=opts.dtype, quantize=opts.quantize,
                             attention_layer=opts.attention_layer)
     need_attention = opts.attention_dir is not None or opts.alignment is not None
-    show_bar = sys.stderr.isatty() if opts.progress is None else opts.progress
+    typing = input is None and sys.stdin.isatty()  # someone types lines: a bar would only get in the way
+    show_bar = show_progress(opts.progress) and (opts.progress is not None or not typing)
+    started = time.perf_counter()
     warn = translator.warn
     with contextlib.ExitStack() as stack:
         stream = stack.enter_context(open(input, "rb")) if input is not None else sys.stdin.buffer
         out = stack.enter_context(atomic_output(output, text=True)) if output is not None else sys.stdout
         align = stack.enter_context(atomic_output(opts.alignment, text=True)) if opts.alignment else None
         visuals = _Visuals(opts, translator.tokenizer, align) if need_attention else None
-        bar = stack.enter_context(_progress(show_bar))
+        bar = stack.enter_context(_progress(show_bar, _count_lines(input) if show_bar and input else None))
         count = 0
         lines = InputLines(stream, str(input or "<stdin>"), warn)
         results = translator.stream(lines, need_attention=need_attention, waiting=lines.waiting)
@@ -277,20 +280,27 @@ def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, outp
                 out.flush()
                 bar(count)
         out.flush()
-    console.print(f"translated {count} lines")
+    seconds = time.perf_counter() - started
+    console.print(f"translated {count} lines in {seconds:.1f}s ({count / max(seconds, 1e-9):,.1f} lines/s)")
     return count
 
 
-@contextlib.contextmanager
-def _progress(enabled: bool) -> Iterator[Any]:
-    if not enabled:
-        yield lambda n: None
-        return
-    from rich.progress import Progress, SpinnerColumn, TextColumn
+def _count_lines(path: Path) -> int:
+    """Lines in a file (a last line without '\n' counts), read in 1 MiB blocks: the bar's total, so it can
+    show an ETA. About a second per GB, paid only when the bar is shown."""
+    lines, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            lines += block.count(b"\n")
+            last = block[-1:]
+    return lines + (last != b"\n")
 
-    with Progress(SpinnerColumn(), TextColumn("translated {task.completed} lines"), console=console,
-                  transient=True) as bar:
-        task = bar.add_task("translate", total=None)
+
+@contextlib.contextmanager
+def _progress(enabled: bool, total: int | None) -> Iterator[Callable[[int], None]]:
+    """A bar on stderr: lines done (of `total` for a file, with the time left) and lines/s."""
+    with progress_bar("lines", enabled=enabled, transient=True) as bar:
+        task = bar.add_task("translating", total=total, note="")
         yield lambda n: bar.update(task, completed=n)
 
 

@@ -13,8 +13,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def nmt(*args: str, cwd: Path | None = None, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+def nmt(*args: str, cwd: Path | None = None, stdin: bytes | None = None,
+        **extra_env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **extra_env}
     return subprocess.run([sys.executable, "-m", "nmt", *args], cwd=cwd, input=stdin, capture_output=True,
                           env=env, timeout=300)
 
@@ -68,10 +69,20 @@ def test_pipeline_end_to_end(tmp_path, demo_raw):
 def test_help_explains_every_command():
     top = nmt("--help")
     assert top.returncode == 0
-    for command in ("prepare", "train", "translate", "score", "average", "plot"):
+    for command in ("prepare", "train", "translate", "score", "average", "plot", "info"):
         assert command in top.stdout.decode()
         sub = nmt(command, "--help")
         assert sub.returncode == 0 and "--" in sub.stdout.decode()
+
+
+def test_shell_completion_completes_commands_and_options():
+    commands = nmt(_NMT_COMPLETE="complete_bash", COMP_WORDS="nmt tra", COMP_CWORD="1")
+    assert commands.returncode == 0 and commands.stdout.decode().split() == ["train", "translate"]
+    options = nmt(_NMT_COMPLETE="complete_bash", COMP_WORDS="nmt translate --be", COMP_CWORD="2")
+    assert options.stdout.decode().split() == ["--beam"]
+    script = nmt("--show-completion", "bash")
+    assert script.returncode == 0 and "complete -o default -F _nmt_completion nmt" in script.stdout.decode()
+    assert "--install-completion" in nmt("--help").stdout.decode()
 
 
 def test_config_errors_are_one_line(tmp_path):
@@ -161,3 +172,73 @@ def test_a_line_is_answered_while_the_pipe_stays_open(demo_run):
     finally:
         proc.kill()
     assert first.strip() and second.strip() and answered < 2.0
+
+
+def test_prepare_shows_a_bar_per_stage_on_stderr_when_asked(tmp_path, demo_raw):
+    args = ["prepare", "--train", demo_raw["train"], "--valid", demo_raw["valid"], "--set", "data.vocab_size=400",
+            "--num-proc", "2"]
+    shown = nmt(*args, "-o", str(tmp_path / "shown"), "--progress", COLUMNS="200")
+    assert shown.returncode == 0, shown.stderr.decode()
+    err = shown.stderr.decode()
+    for stage in ("reading train", "2,000 kept", "SentencePiece en+de: trained", "4,000/4,000 sentences",
+                  "encoding train", "2,000/2,000 pairs", "encoding valid", "pairs/s"):
+        assert stage in err, stage
+    assert "%|" not in err and "Map" not in err  # no tqdm bars from `datasets`
+    quiet = nmt(*args, "-o", str(tmp_path / "quiet"))  # stderr is not a terminal here: no bars by default
+    assert quiet.returncode == 0 and "pairs/s" not in quiet.stderr.decode() and "━" not in quiet.stderr.decode()
+    assert shown.stdout == quiet.stdout == b""
+    for split in ("train", "valid"):  # the bars change nothing in what is written
+        assert [p.read_bytes() for p in sorted((tmp_path / "shown" / split).glob("*.arrow"))] == \
+               [p.read_bytes() for p in sorted((tmp_path / "quiet" / split).glob("*.arrow"))]
+
+
+def test_translate_bar_counts_lines_of_a_file_on_a_terminal(tmp_path, demo_run):
+    """On a terminal the bar shows done/total lines of an input file; stdout carries translations only."""
+    import pty
+    import select
+
+    lines = (tmp_path / "in.en").write_text("forty-two\nthree hundred\nseven\n" * 100) and tmp_path / "in.en"
+    main, secondary = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "COLUMNS": "150", "TERM": "xterm"}
+    proc = subprocess.Popen([sys.executable, "-m", "nmt", "translate", "--checkpoint", str(demo_run / "averaged.pt"),
+                             "-i", str(lines)], stdout=subprocess.PIPE, stderr=secondary, env=env)
+    os.close(secondary)
+    err = b""
+    try:
+        out = proc.stdout.read()
+        while select.select([main], [], [], 5)[0]:
+            try:
+                chunk = os.read(main, 1 << 16)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            err += chunk
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+        os.close(main)
+    text = err.decode(errors="replace")
+    assert "translating" in text and "/300 lines" in text and "lines/s" in text
+    assert "translated 300 lines in" in text
+    assert out.count(b"\n") == 300 and b"lines" not in out
+
+
+def test_bar_rate_and_time_left_use_the_average_speed():
+    """Output that arrives a chunk at a time must not read as a burst: rate and ETA from the whole run."""
+    import io
+
+    from rich.console import Console
+
+    from nmt.log import progress_bar
+
+    now = [0.0]
+    bar = progress_bar("lines", enabled=True)
+    bar.get_time = lambda: now[0]
+    task = bar.add_task("translating", total=400, note="")
+    now[0] = 10.0
+    bar.update(task, completed=100)
+    shown = io.StringIO()
+    Console(file=shown, width=200).print(bar.make_tasks_table(bar.tasks))
+    assert "100/400 lines" in shown.getvalue() and "10 lines/s" in shown.getvalue()
+    assert "0:00:30" in shown.getvalue()  # 300 lines left at 10 lines/s
