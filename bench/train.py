@@ -6,14 +6,18 @@ Usage (from the repository root):
     python bench/train.py --configs tiny --steps 10 --threads 2 --max-tokens 4096
     python bench/train.py --threads 1 --clock cpu        # CPU-time clock: steadier on a busy shared machine
 
-One update = forward, label-smoothed loss (`nmt.loss.label_smoothed_loss`, epsilon 0.1), backward of
+One update = forward, label-smoothed loss (epsilon 0.1), backward of
 loss / target tokens, and an Adam step (betas 0.9/0.98, eps 1e-9, as configs/base.yaml; the fused kernel
 that `nmt train` uses, for both models alike), both models in train() mode with dropout from the config.
 Both get the same random batch: `--max-tokens` / 32 rows, source 21..30 tokens + EOS, target 22..31
 tokens (+BOS in, +EOS out), right-padded. Marian gets `decoder_input_ids` and `attention_mask` (no
 `labels`: HF would compute a second, unsmoothed loss); its loss comes from its logits through the same
 function, so the work is equal. Weights are random; vocabulary `--vocab` shared by source, target and
-output layer in both.
+output layer in both. Ours runs as `nmt train` does: the decoder's last states into
+`projected_label_smoothed_loss` (chunked vocabulary projection, no full logits); "ours-logits" is the
+same model through full logits and `label_smoothed_loss` (the path before that loss existed, and what
+Marian gets), so the table also says what the fused loss is worth. `--dtype bf16` runs all three
+under bf16 autocast (fp32 weights, as `nmt train` with train.amp does).
 
 Updates run interleaved (ours, Marian, Marian, ours, ...) after a warm-up; the medians are reported, with
 the median of per-round ratios in brackets and how much CPU other processes took meanwhile.
@@ -27,7 +31,7 @@ import argparse
 import torch
 from common import BOS, PAD, OtherLoad, interleaved, marian, median, model_config, ours, random_batch, table
 
-from nmt.loss import label_smoothed_loss
+from nmt.loss import label_smoothed_loss, projected_label_smoothed_loss
 from nmt.optim import adam
 
 
@@ -40,19 +44,28 @@ def make_batch(max_tokens: int, vocab: int, seed: int = 0) -> dict[str, torch.Te
     return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt, "ntok": int(tgt.ne(PAD).sum())}
 
 
-def update_fn(model, forward, optimizer, batch, epsilon: float):
+def update_fn(model, loss_fn, optimizer, batch, epsilon: float, dtype: torch.dtype):
     def update() -> None:
         optimizer.zero_grad(set_to_none=True)
-        logits = forward(model, batch)
-        loss, _ = label_smoothed_loss(logits, batch["tgt_out"], epsilon, PAD)
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            loss = loss_fn(model, batch, epsilon)
         (loss / batch["ntok"]).backward()
         optimizer.step()
 
     return update
 
 
-def ours_forward(model, batch):
-    return model(batch["src"], batch["tgt_in"])
+def ours_loss(model, batch, epsilon: float):
+    hidden = model(batch["src"], batch["tgt_in"], project=False)
+    return projected_label_smoothed_loss(hidden, model.output_weight, batch["tgt_out"], epsilon, PAD)[0]
+
+
+def ours_logits_loss(model, batch, epsilon: float):
+    return label_smoothed_loss(model(batch["src"], batch["tgt_in"]), batch["tgt_out"], epsilon, PAD)[0]
+
+
+def marian_loss(model, batch, epsilon: float):
+    return label_smoothed_loss(marian_forward(model, batch), batch["tgt_out"], epsilon, PAD)[0]
 
 
 def marian_forward(model, batch):
@@ -64,18 +77,25 @@ def bench(name: str, args) -> list[str]:
     cfg = model_config(name)
     batch = make_batch(args.max_tokens, args.vocab)
     contestants = {}
-    for label, model, forward in (("ours", ours(cfg, args.vocab), ours_forward),
-                                  ("marian", marian(cfg, args.vocab), marian_forward)):
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    for label, model, loss_fn in (("ours", ours(cfg, args.vocab), ours_loss),
+                                  ("ours-logits", ours(cfg, args.vocab), ours_logits_loss),
+                                  ("marian", marian(cfg, args.vocab), marian_loss)):
         model.train()
         opt = adam(list(model.parameters()), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-        contestants[label] = update_fn(model, forward, opt, batch, args.label_smoothing)
+        contestants[label] = update_fn(model, loss_fn, opt, batch, args.label_smoothing, dtype)
     print(f"{name}: d_model {cfg.d_model}, heads {cfg.n_heads}, d_ff {cfg.d_ff}, layers "
           f"{cfg.encoder_layers}+{cfg.decoder_layers}, pre_norm {cfg.pre_norm}, batch {tuple(batch['src'].shape)} "
           f"-> {tuple(batch['tgt_in'].shape)}, {batch['ntok']} target tokens", flush=True)
     times = interleaved(contestants, args.steps, args.warmup, clock=args.clock)
-    ours_tps, marian_tps = (batch["ntok"] / median(times[k]) for k in ("ours", "marian"))
-    paired = median([m / o for o, m in zip(times["ours"], times["marian"], strict=True)])
-    return [name, f"{ours_tps:,.0f}", f"{marian_tps:,.0f}", f"{ours_tps / marian_tps:.2f} ({paired:.2f})"]
+    tps = {k: batch["ntok"] / median(v) for k, v in times.items()}
+
+    def ratio(other: str) -> str:
+        paired = median([m / o for o, m in zip(times["ours"], times[other], strict=True)])
+        return f"{tps['ours'] / tps[other]:.2f} ({paired:.2f})"
+
+    return [name, f"{tps['ours']:,.0f}", f"{tps['ours-logits']:,.0f}", f"{tps['marian']:,.0f}",
+            ratio("ours-logits"), ratio("marian")]
 
 
 def main() -> None:
@@ -89,14 +109,16 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=4096, help="padded target tokens per batch (rows x 32)")
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="bf16: all three under bf16 autocast")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     with OtherLoad() as load:
         rows = [bench(name, args) for name in args.configs.split(",")]
-    print(f"\ntraining update, target tokens/s (median of {args.steps}, {args.threads} threads, "
+    print(f"\ntraining update, target tokens/s (median of {args.steps}, {args.threads} threads, {args.dtype}, "
           f"torch {torch.__version__}, other processes' CPU share during the run: {load}); "
           f"in brackets: median of per-round ratios")
-    print(table(["config", "ours tok/s", "marian tok/s", "ours/marian"], rows))
+    print(table(["config", "ours tok/s", "ours-logits tok/s", "marian tok/s", "ours/ours-logits", "ours/marian"],
+                rows))
 
 
 if __name__ == "__main__":

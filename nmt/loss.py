@@ -1,14 +1,24 @@
-"""The training objective: label-smoothed cross-entropy (Szegedy et al. 2016; the paper's §5.4)."""
+"""The training objective: label-smoothed cross-entropy (Szegedy et al. 2016; the paper's §5.4).
+
+Two ways to the same numbers:
+- `label_smoothed_loss(logits, ...)`: from logits [.., V] (validation, benches, any caller with logits).
+- `projected_label_smoothed_loss(hidden, weight, ...)`: from the decoder's last hidden states and the
+  output matrix, for training. The [tokens, V] logits are the largest tensors of a small model's update
+  (Multi30k: 2,816 x 8,000 fp32 = 90 MB, written and read by log-softmax, NLL, the smoothing sum and
+  each of their backwards). Here they exist a cache-sized chunk of rows at a time, and the gradient
+  with respect to each chunk is formed in the same pass (the loss is a scalar, so backward only scales
+  what forward already computed): three GEMMs per chunk and no full-size tensor. Padding rows are
+  never projected.
+"""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 
-def label_smoothed_loss(
-    logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad: int) -> tuple[Tensor, Tensor]:
     """Sum over non-pad tokens of the label-smoothed loss and of the plain NLL.
 
     Smoothing spreads `epsilon` uniformly over the vocabulary (as in the paper):
@@ -21,3 +31,84 @@ def label_smoothed_loss(
     nll = F.nll_loss(lprobs, target, ignore_index=pad, reduction="sum")
     smooth = -(lprobs.sum(dim=-1) * (target != pad)).sum() / vocab
     return (1.0 - epsilon) * nll + epsilon * smooth, nll
+
+
+CHUNK_BYTES = 4 << 20  # fp32 logits per chunk: stays in cache between the GEMM and the passes over it
+
+
+def projected_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float,
+                                  pad: int) -> tuple[Tensor, Tensor]:
+    """`label_smoothed_loss(hidden @ weight.T, target, ...)` without the full logits: hidden [..., D],
+    weight [V, D], target [...]. The loss is differentiable (once) with respect to hidden and weight;
+    the NLL is for logging. Under autocast the GEMMs run in the autocast dtype, the softmax in fp32."""
+    keep = target.reshape(-1) != pad
+    rows = hidden.reshape(-1, hidden.size(-1))[keep]
+    labels = target.reshape(-1)[keep]
+    dtype = _compute_dtype(hidden)
+    if torch.is_grad_enabled() and (rows.requires_grad or weight.requires_grad):
+        return _ProjectedLoss.apply(rows, weight, labels, epsilon, dtype)
+    with torch.autocast(hidden.device.type, enabled=False):
+        loss, nll, _, _ = _chunked(rows.to(dtype), weight.to(dtype), labels, epsilon, with_grad=False)
+    return loss, nll
+
+
+def _compute_dtype(hidden: Tensor) -> torch.dtype:
+    device = hidden.device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return hidden.dtype
+
+
+def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float,
+             with_grad: bool) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """Loss and NLL sums over rows [N, D] (and with `with_grad` their gradients d loss / d rows [N, D],
+    d loss / d weight [V, D], fp32), a chunk of rows at a time.
+
+    With p = softmax(logits) and lse = logsumexp(logits) per row:
+    nll = lse - logit[label]; mean_v(-log p_v) = lse - mean_v(logit);
+    d loss / d logits = p - (1 - eps) * onehot(label) - eps / V."""
+    vocab = weight.size(0)
+    step = max(1, CHUNK_BYTES // (4 * vocab))
+    loss = rows.new_zeros((), dtype=torch.float32)
+    nll = rows.new_zeros((), dtype=torch.float32)
+    grad_rows = torch.empty(rows.shape, dtype=torch.float32, device=rows.device) if with_grad else None
+    grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=rows.device) if with_grad else None
+    for start in range(0, rows.size(0), step):
+        h, label = rows[start:start + step], labels[start:start + step, None]
+        logits = (h @ weight.t()).float()  # [n, V]
+        lse = torch.logsumexp(logits, dim=-1)
+        chunk_nll = lse - logits.gather(1, label).squeeze(1)
+        nll += chunk_nll.sum()
+        loss += (1.0 - epsilon) * chunk_nll.sum() + epsilon * (lse - logits.mean(dim=-1)).sum()
+        if with_grad:
+            grad = logits.sub_(lse[:, None]).exp_().sub_(epsilon / vocab)  # p - eps/V, in place
+            grad.scatter_add_(1, label, grad.new_full(label.shape, epsilon - 1.0))
+            grad = grad.to(h.dtype)
+            grad_rows[start:start + step] = grad @ weight
+            if h.dtype == torch.float32:
+                grad_weight.addmm_(grad.t(), h)
+            else:  # CPU has no mixed-dtype addmm: a low-precision product, summed in fp32
+                grad_weight += grad.t() @ h
+    return loss, nll, grad_rows, grad_weight
+
+
+class _ProjectedLoss(torch.autograd.Function):
+    """Forward computes the gradients too; backward scales them by the incoming scalar gradient."""
+
+    @staticmethod
+    def forward(ctx, rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float,
+                dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        with torch.autocast(rows.device.type, enabled=False):
+            loss, nll, grad_rows, grad_weight = _chunked(rows.to(dtype), weight.to(dtype), labels, epsilon,
+                                                         with_grad=True)
+        ctx.save_for_backward(grad_rows, grad_weight)
+        ctx.dtypes = rows.dtype, weight.dtype
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor) -> tuple[Tensor | None, ...]:
+        grad_rows, grad_weight = ctx.saved_tensors
+        rows_dtype, weight_dtype = ctx.dtypes
+        return ((grad_rows * grad_loss).to(rows_dtype), (grad_weight * grad_loss).to(weight_dtype),
+                None, None, None)

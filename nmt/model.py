@@ -293,7 +293,7 @@ class Transformer(nn.Module):
 
     def _project(self, x: Tensor) -> Tensor:
         """Output logits with the (tied) target embedding matrix."""
-        return F.linear(x, self.tgt_embed.weight)
+        return F.linear(x, self.output_weight)
 
     # ---- encoder ---------------------------------------------------------------------------------
 
@@ -319,19 +319,27 @@ class Transformer(nn.Module):
         so the causal mask alone keeps it out of every real position."""
         return self._decode(tgt_in, memory, src_pad_mask, need_weights=False)[0]
 
-    def _decode(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor,
-                need_weights: bool) -> tuple[Tensor, list[Tensor | None]]:
+    def _decode(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor, need_weights: bool,
+                project: bool = True) -> tuple[Tensor, list[Tensor | None]]:
         mask = _attend_mask(src_pad_mask)
         x = self._embed(self.tgt_embed, tgt_in)
         weights = []
         for layer in self.decoder_layers:
             x, w = layer(x, layer.cross_attn.kv(memory), mask, need_weights)
             weights.append(w)
-        return self._project(self.decoder_norm(x)), weights
+        x = self.decoder_norm(x)
+        return (self._project(x) if project else x), weights
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """src [B, S], tgt_in [B, T] -> logits [B, T, V]."""
-        return self.decode(tgt_in, *self.encode(src))
+    def forward(self, src: Tensor, tgt_in: Tensor, project: bool = True) -> Tensor:
+        """src [B, S], tgt_in [B, T] -> logits [B, T, V]; with project=False the decoder's last states
+        [B, T, D], for a loss that applies `output_weight` itself (nmt.loss.projected_label_smoothed_loss)."""
+        memory, src_pad_mask = self.encode(src)
+        return self._decode(tgt_in, memory, src_pad_mask, need_weights=False, project=project)[0]
+
+    @property
+    def output_weight(self) -> Tensor:
+        """The output projection [V, D]: the (tied) target embedding matrix."""
+        return self.tgt_embed.weight
 
     # ---- decoder: one position at a time (search) ------------------------------------------------
 

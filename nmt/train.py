@@ -25,7 +25,7 @@ from nmt.datadir import DataDir
 from nmt.device import pick_device
 from nmt.errors import NmtError
 from nmt.log import Reporter, console
-from nmt.loss import label_smoothed_loss
+from nmt.loss import projected_label_smoothed_loss
 from nmt.model import Transformer
 from nmt.optim import adam, amp_dtype, autocast, learning_rate
 from nmt.rundir import RunDir
@@ -278,9 +278,9 @@ class Trainer:
                 batch = batch.to(self.device)
                 with contextlib.nullcontext() if sync else self.ddp.no_sync():
                     with autocast(self.device, self.dtype):
-                        logits = module(batch.src, batch.tgt_in)
-                    loss, nll = label_smoothed_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing,
-                                                    self.special.pad)
+                        hidden = module(batch.src, batch.tgt_in, project=False)
+                        loss, nll = projected_label_smoothed_loss(hidden, self.model.output_weight, batch.tgt_out,
+                                                                  self.cfg.train.label_smoothing, self.special.pad)
                     self.scaler.scale(loss * (self.dist.world / total)).backward()
                 loss_sum += float(loss.detach())
                 nll_sum += float(nll.detach())

@@ -474,15 +474,15 @@ def test_inf_logits_and_nan_gradients_are_skipped_counted_and_abort_after_k(demo
     calls = {"n": 0}
     poisoned = {2: "inf", 5: "nan-grad"}  # forward call number -> fault
 
-    def faulty(src, tgt_in):
+    def faulty(src, tgt_in, project=True):
         calls["n"] += 1
-        logits = real_forward(src, tgt_in)
+        states = real_forward(src, tgt_in, project=project)  # training asks for the states before the projection
         fault = poisoned.get(calls["n"])
         if fault == "inf":
-            return logits + float("inf")
+            return states + float("inf")
         if fault == "nan-grad":  # finite loss, NaN gradient
-            logits.register_hook(lambda g: g * float("nan"))
-        return logits
+            states.register_hook(lambda g: g * float("nan"))
+        return states
 
     monkeypatch.setattr(trainer.model, "forward", faulty)
     try:
@@ -497,7 +497,8 @@ def test_inf_logits_and_nan_gradients_are_skipped_counted_and_abort_after_k(demo
     # K in a row: abort with the last good checkpoint untouched, then resume once the fault is gone
     before = (run / "last.pt").read_bytes()
     trainer = Trainer(tiny_config(demo_data, run, "train.max_updates=12", "train.max_bad_updates=3"), progress=False)
-    monkeypatch.setattr(trainer.model, "forward", lambda src, tgt_in: real_forward(src, tgt_in) * float("nan"))
+    monkeypatch.setattr(trainer.model, "forward",
+                        lambda src, tgt_in, project=True: real_forward(src, tgt_in, project) * float("nan"))
     with pytest.raises(NmtError, match="3 non-finite updates in a row"):
         try:
             trainer.run()
@@ -512,7 +513,7 @@ def test_inf_logits_and_nan_gradients_are_skipped_counted_and_abort_after_k(demo
 def test_a_poisoned_training_example_is_skipped_every_epoch(demo_data, tmp_path, monkeypatch):
     """Data that makes the loss non-finite (here: whatever contains example 7) is skipped each time it comes
     round and never aborts the run, since the updates around it are fine."""
-    real = train_mod.label_smoothed_loss
+    real = train_mod.projected_label_smoothed_loss
     state = {"batch": None}
     real_forward_backward = Trainer._forward_backward
 
@@ -520,13 +521,13 @@ def test_a_poisoned_training_example_is_skipped_every_epoch(demo_data, tmp_path,
         state["batch"] = pieces
         return real_forward_backward(self, pieces, total)
 
-    def poisoned(logits, target, eps, pad=0):
-        loss, nll = real(logits, target, eps, pad)
+    def poisoned(hidden, weight, target, eps, pad=0):
+        loss, nll = real(hidden, weight, target, eps, pad)
         hit = any(7 in b.index.tolist() for b in state["batch"])
         return (loss * float("inf"), nll) if hit else (loss, nll)
 
     monkeypatch.setattr(Trainer, "_forward_backward", remember)
-    monkeypatch.setattr(train_mod, "label_smoothed_loss", poisoned)
+    monkeypatch.setattr(train_mod, "projected_label_smoothed_loss", poisoned)
     run = tmp_path / "run"
     result = cli(*train_args(demo_data, run, "train.max_tokens=8192", "train.max_epochs=2",
                              "train.max_updates=100000", "train.max_bad_updates=3", "train.save_every=5"))
@@ -567,11 +568,11 @@ def oom_when_big(trainer: Trainer, limit: int, where: str, error=FakeOOM) -> dic
     seen = {"oom": 0}
     real_forward = trainer.model.forward
 
-    def forward(src, tgt_in):
+    def forward(src, tgt_in, project=True):
         if src.shape[0] > limit and where == "forward":
             seen["oom"] += 1
             raise error("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real_forward(src, tgt_in)
+        return real_forward(src, tgt_in, project)
 
     def encoder_output(module, args, output):
         if output[0].shape[0] > limit and where == "backward":
@@ -623,10 +624,10 @@ def test_oom_on_a_single_sentence_is_skipped_and_logged(demo_data, tmp_path, cap
     trainer = Trainer(cfg, progress=False)
     real_forward = trainer.model.forward
 
-    def forward(src, tgt_in):
+    def forward(src, tgt_in, project=True):
         if (src != 0).sum(1).max() > 12:
             raise RuntimeError("CUDA out of memory. Tried to allocate 1.00 GiB")
-        return real_forward(src, tgt_in)
+        return real_forward(src, tgt_in, project)
 
     trainer.model.forward = forward
     try:
@@ -662,7 +663,7 @@ def test_oom_end_to_end_matches_a_run_without_oom(demo_data, tmp_path, fake_oom)
 
 def test_non_oom_errors_are_not_swallowed(demo_data, tmp_path, fake_oom):
     trainer = Trainer(tiny_config(demo_data, tmp_path / "run"), progress=False)
-    trainer.model.forward = lambda src, tgt_in: (_ for _ in ()).throw(ValueError("a real bug"))
+    trainer.model.forward = lambda src, tgt_in, project=True: (_ for _ in ()).throw(ValueError("a real bug"))
     try:
         with pytest.raises(ValueError, match="a real bug"):
             trainer.run()

@@ -194,15 +194,15 @@ def test_non_finite_updates_are_skipped_then_abort(demo_data, tmp_path, monkeypa
     run = tmp_path / "run"
     train(tiny_config(demo_data, run, "train.max_updates=4", "train.save_every=4"), progress=False)
     before = (run / "last.pt").read_bytes()
-    real = train_mod.label_smoothed_loss
+    real = train_mod.projected_label_smoothed_loss
     calls = {"n": 0}
 
-    def one_nan(logits, target, eps, pad=0):
+    def one_nan(hidden, weight, target, eps, pad=0):
         calls["n"] += 1
-        loss, nll = real(logits, target, eps, pad)
+        loss, nll = real(hidden, weight, target, eps, pad)
         return (loss * float("nan"), nll) if calls["n"] == 2 else (loss, nll)
 
-    monkeypatch.setattr(train_mod, "label_smoothed_loss", one_nan)
+    monkeypatch.setattr(train_mod, "projected_label_smoothed_loss", one_nan)
     summary = train(tiny_config(demo_data, run, "train.max_updates=7", "train.save_every=100"), progress=False)
     assert summary["step"] == 7 and summary["skipped_updates"] == 1
     assert all(math.isfinite(v) for v in weights(run / "last.pt")["src_embed.weight"].flatten().tolist())
@@ -210,7 +210,7 @@ def test_non_finite_updates_are_skipped_then_abort(demo_data, tmp_path, monkeypa
     def all_nan(*args, **kwargs):
         return tuple(x * float("nan") for x in real(*args, **kwargs))
 
-    monkeypatch.setattr(train_mod, "label_smoothed_loss", all_nan)
+    monkeypatch.setattr(train_mod, "projected_label_smoothed_loss", all_nan)
     before = (run / "last.pt").read_bytes()
     with pytest.raises(NmtError, match="3 non-finite updates in a row"):
         train(tiny_config(demo_data, run, "train.max_updates=20", "train.max_bad_updates=3"), progress=False)

@@ -1,0 +1,66 @@
+"""The projected (chunked, fused) loss gives the numbers and gradients of the plain one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nmt import loss as loss_mod
+from nmt.loss import label_smoothed_loss, projected_label_smoothed_loss
+
+
+def inputs(seed: int = 0, vocab: int = 50):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(3, 7, 16, generator=g, dtype=torch.float64).float()
+    weight = torch.randn(vocab, 16, generator=g) * 0.3
+    target = torch.randint(4, vocab, (3, 7), generator=g)
+    target[0, 5:] = 0  # padding (id 0) at the end of two rows
+    target[2, 3:] = 0
+    return hidden, weight, target
+
+
+def with_grads(fn, hidden, weight, target):
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    loss, nll = fn(h, w, target)
+    loss.backward()
+    return loss.detach(), nll.detach(), h.grad, w.grad
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 4, 1000])  # one row per chunk, a ragged last chunk, one chunk
+def test_projected_loss_equals_the_plain_loss_and_its_gradients(monkeypatch, chunk_rows):
+    hidden, weight, target = inputs()
+    monkeypatch.setattr(loss_mod, "CHUNK_BYTES", chunk_rows * 4 * weight.size(0))
+    plain = with_grads(lambda h, w, t: label_smoothed_loss(h @ w.t(), t, 0.1, pad=0), hidden, weight, target)
+    fused = with_grads(lambda h, w, t: projected_label_smoothed_loss(h, w, t, 0.1, pad=0), hidden, weight, target)
+    for name, a, b in zip(("loss", "nll", "d hidden", "d weight"), plain, fused, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
+    assert fused[2][0, 5:].abs().sum() == 0 and fused[2][2, 3:].abs().sum() == 0  # padding gets no gradient
+
+
+def test_gradient_scales_with_what_backward_brings():
+    """backward multiplies the gradient formed in forward: loss * c must give c times the gradient."""
+    hidden, weight, target = inputs(1)
+    once = with_grads(lambda h, w, t: projected_label_smoothed_loss(h, w, t, 0.2, pad=0), hidden, weight, target)
+    scaled = with_grads(lambda h, w, t: [x * 3.0 for x in projected_label_smoothed_loss(h, w, t, 0.2, pad=0)],
+                        hidden, weight, target)
+    torch.testing.assert_close(scaled[2], 3.0 * once[2])
+    torch.testing.assert_close(scaled[3], 3.0 * once[3])
+
+
+def test_without_gradients_it_is_the_plain_loss():
+    hidden, weight, target = inputs(2)
+    with torch.no_grad():
+        loss, nll = projected_label_smoothed_loss(hidden, weight, target, 0.1, pad=0)
+        expected = label_smoothed_loss(hidden @ weight.t(), target, 0.1, pad=0)
+    assert not loss.requires_grad
+    torch.testing.assert_close((loss, nll), expected)
+
+
+def test_under_bf16_autocast_it_stays_close_to_fp32():
+    hidden, weight, target = inputs(3)
+    reference = with_grads(lambda h, w, t: projected_label_smoothed_loss(h, w, t, 0.1, pad=0), hidden, weight, target)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = with_grads(lambda h, w, t: projected_label_smoothed_loss(h, w, t, 0.1, pad=0), hidden, weight, target)
+    assert low[2].dtype == hidden.dtype and low[3].dtype == weight.dtype  # gradients in the parameters' dtype
+    for a, b in zip(reference, low, strict=True):
+        torch.testing.assert_close(b, a, rtol=0.03, atol=0.03)
