@@ -64,31 +64,44 @@ def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float,
     """Loss and NLL sums over rows [N, D] (and with `with_grad` their gradients d loss / d rows [N, D],
     d loss / d weight [V, D], fp32), a chunk of rows at a time.
 
-    With p = softmax(logits) and lse = logsumexp(logits) per row:
-    nll = lse - logit[label]; mean_v(-log p_v) = lse - mean_v(logit);
-    d loss / d logits = p - (1 - eps) * onehot(label) - eps / V."""
+    With z = h W^T, m = max(z), e = exp(z - m), s = sum(e) and p = e / s per row:
+    nll = m + log s - z[label]; mean_v(-log p_v) = m + log s - h . mean_v(W);
+    d loss / d z = p - (1 - eps) onehot(label) - eps / V, so
+    d loss / d h = (e @ W) / s - (1 - eps) W[label] - eps mean_v(W),
+    d loss / d W = e^T (h / s) - (1 - eps) onehot^T h - eps / V * sum_n(h).
+    Only the first terms need the [n, V] chunk (one GEMM each); the passes over it are: the GEMM that
+    writes z, max, subtract, exp, sum."""
     vocab = weight.size(0)
     step = max(1, CHUNK_BYTES // (4 * vocab))
+    mean_row = weight.float().mean(dim=0)  # [D]
     loss = rows.new_zeros((), dtype=torch.float32)
     nll = rows.new_zeros((), dtype=torch.float32)
     grad_rows = torch.empty(rows.shape, dtype=torch.float32, device=rows.device) if with_grad else None
     grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=rows.device) if with_grad else None
     for start in range(0, rows.size(0), step):
-        h, label = rows[start:start + step], labels[start:start + step, None]
-        logits = (h @ weight.t()).float()  # [n, V]
-        lse = torch.logsumexp(logits, dim=-1)
-        chunk_nll = lse - logits.gather(1, label).squeeze(1)
+        h, label = rows[start:start + step], labels[start:start + step]
+        z = (h @ weight.t()).float()  # [n, V]
+        label_z = z.gather(1, label[:, None]).squeeze(1)
+        m = z.amax(dim=-1)
+        e = z.sub_(m[:, None]).exp_()
+        s = e.sum(dim=-1)
+        lse = m + s.log()
+        chunk_nll = lse - label_z
         nll += chunk_nll.sum()
-        loss += (1.0 - epsilon) * chunk_nll.sum() + epsilon * (lse - logits.mean(dim=-1)).sum()
+        loss += (1.0 - epsilon) * chunk_nll.sum() + epsilon * (lse - h.float() @ mean_row).sum()
         if with_grad:
-            grad = logits.sub_(lse[:, None]).exp_().sub_(epsilon / vocab)  # p - eps/V, in place
-            grad.scatter_add_(1, label, grad.new_full(label.shape, epsilon - 1.0))
-            grad = grad.to(h.dtype)
-            grad_rows[start:start + step] = grad @ weight
+            inv_s = s.reciprocal()[:, None]
+            e = e.to(h.dtype)
+            grad_rows[start:start + step] = ((e @ weight).float() * inv_s - (1.0 - epsilon) * weight[label].float()
+                                             - epsilon * mean_row)
+            scaled_h = (h.float() * inv_s).to(h.dtype)
             if h.dtype == torch.float32:
-                grad_weight.addmm_(grad.t(), h)
+                grad_weight.addmm_(e.t(), scaled_h)
             else:  # CPU has no mixed-dtype addmm: a low-precision product, summed in fp32
-                grad_weight += grad.t() @ h
+                grad_weight += (e.t() @ scaled_h).float()
+            grad_weight.index_add_(0, label, h.float(), alpha=epsilon - 1.0)
+    if with_grad:
+        grad_weight -= (epsilon / vocab) * rows.float().sum(dim=0)
     return loss, nll, grad_rows, grad_weight
 
 
