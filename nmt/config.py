@@ -75,7 +75,9 @@ class TrainConfig:
 
     run_dir: str = "runs/latest"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    amp: str = "auto"  # auto | bf16 | fp16 | none  (auto: bf16 on capable CUDA, fp16 on older CUDA, none on CPU)
+    # auto | bf16 | fp16 | none. auto: bf16 on CUDA with native bf16, fp16 on older CUDA; on CPU bf16 where
+    # the CPU has native bf16 (AVX512-BF16/AMX) and d_model >= 256 (where it pays), else none
+    amp: str = "auto"
     threads: int = 0  # CPU threads (0 = torch default)
     seed: int = 1
     max_tokens: int = 4096  # per batch, padded tokens of the larger side

@@ -122,17 +122,22 @@ class MultiHeadAttention(nn.Module):
 
 
 class Dropout(nn.Dropout):
-    """nn.Dropout with a faster path for float32 on CPU: zero each element with probability p, scale the
-    rest by 1/(1-p). There, nn.Dropout's `bernoulli_` mask costs about twice as much as comparing
-    `rand_like` against p, which draws the same mask distribution (dropout forward+backward 1.5-1.7x
-    faster, a training update of configs/tiny.yaml ~2% faster). Elsewhere - CUDA has a fused kernel,
-    and low-precision uniforms would bias the mask - and in eval it is plain nn.Dropout."""
+    """nn.Dropout with faster paths on CPU: zero each element with probability p, scale the rest by
+    1/(1-p). There, nn.Dropout's `bernoulli_` mask costs about twice as much as comparing `rand_like`
+    against p, which draws the same mask distribution (float32 dropout forward+backward 1.5-1.7x faster,
+    a training update of configs/tiny.yaml ~2% faster). In bf16/fp16 the uniforms are drawn in float32
+    (low-precision uniforms would bias the mask) and the scale is applied to x, not rounded into the mask
+    (1/0.9 is 1.109 in bf16): forward+backward 1.3x faster than `bernoulli_` at base size. CUDA has a
+    fused kernel, and eval is plain nn.Dropout."""
 
     def forward(self, x: Tensor) -> Tensor:
-        if not self.training or x.device.type != "cpu" or x.dtype != torch.float32 or not 0.0 < self.p < 1.0:
+        if not self.training or x.device.type != "cpu" or not 0.0 < self.p < 1.0:
             return super().forward(x)
-        keep = torch.rand_like(x).ge_(self.p).mul_(1.0 / (1.0 - self.p))
-        return x * keep
+        if x.dtype == torch.float32:
+            keep = torch.rand_like(x).ge_(self.p).mul_(1.0 / (1.0 - self.p))
+            return x * keep
+        keep = (torch.rand(x.shape, dtype=torch.float32) >= self.p).to(x.dtype)  # exact 0/1
+        return x.mul(1.0 / (1.0 - self.p)) * keep
 
 
 class FeedForward(nn.Module):

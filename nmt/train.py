@@ -86,8 +86,10 @@ class Trainer:
         self.ddp = self.dist.wrap(self.model)
         self.optimizer = adam(list(self.model.parameters()), lr=learning_rate(1, cfg), betas=tuple(t.betas),
                               eps=t.eps, weight_decay=t.weight_decay)
-        self.dtype = amp_dtype(t.amp, self.device)
+        self.dtype = amp_dtype(t.amp, self.device, self.cfg.model.d_model)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.dtype == torch.float16)
+        precision = {None: "fp32", torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast + GradScaler"}
+        self.report.info(f"training on {self.device} in {precision[self.dtype]} (train.amp={t.amp})")
         train_lens = self.data.split_lengths("train")
         self.data.check_positions(cfg.model.max_positions)
         self.sampler = TokenBatchSampler(train_lens["src_len"], train_lens["tgt_len"], t.max_tokens, shuffle=True,

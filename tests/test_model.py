@@ -242,6 +242,23 @@ def test_dropout_only_in_training():
         assert not torch.equal(model(SRC, TGT), model(SRC, TGT))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dropout_drops_p_and_keeps_the_mean(dtype):
+    """The fast CPU paths: a fraction p of zeros, survivors scaled by exactly 1/(1-p) (in bf16 as exactly as
+    x * 1/(1-p) rounds), the gradient through the same mask."""
+    from nmt.model import Dropout
+
+    torch.manual_seed(0)
+    x = torch.full((400, 500), 0.5, dtype=dtype, requires_grad=True)
+    y = Dropout(0.1).train()(x)
+    dropped = (y == 0).float().mean().item()
+    assert abs(dropped - 0.1) < 0.005
+    assert torch.equal(y[y != 0], torch.full_like(y[y != 0], 0.5) * (1 / 0.9))
+    assert y.dtype == dtype and abs(y.float().mean().item() - 0.5) < 0.005
+    y.sum().backward()
+    assert torch.equal(x.grad == 0, y == 0)
+
+
 @pytest.mark.parametrize("pre_norm", [False, True])
 def test_bf16_autocast_runs_and_is_finite(pre_norm):
     model = make_model(pre_norm)

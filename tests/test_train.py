@@ -357,8 +357,23 @@ def test_amp_auto_uses_fp16_on_gpus_that_only_emulate_bf16(monkeypatch):
     for capability, expected in (((7, 0), torch.float16), ((7, 5), torch.float16), ((8, 0), torch.bfloat16),
                                  ((9, 0), torch.bfloat16)):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
-        assert amp_dtype("auto", gpu) == expected, capability
-    assert amp_dtype("auto", torch.device("cpu")) is None
+        assert amp_dtype("auto", gpu, 512) == expected, capability
+
+
+def test_amp_auto_on_cpu_is_bf16_only_where_it_is_native_and_pays(monkeypatch):
+    from nmt.optim import amp_dtype, cpu_native_bf16
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    for native in (False, True):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda n=native: n, raising=False)
+        assert cpu_native_bf16() is native
+        assert amp_dtype("auto", cpu, 512) == (torch.bfloat16 if native else None)
+        assert amp_dtype("auto", cpu, 128) is None  # too narrow to gain from bf16
+        assert amp_dtype("bf16", cpu, 128) == torch.bfloat16 and amp_dtype("none", cpu, 512) is None
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert amp_dtype("auto", cpu, 512) == torch.bfloat16  # AMX counts too
 
 
 def test_resume_with_another_number_of_processes(demo_data, tmp_path):
