@@ -45,17 +45,17 @@ def xavier_(linear: nn.Linear, blocks: int = 1) -> None:
 def attention_with_weights(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout_p: float
 ) -> tuple[Tensor, Tensor]:
-    """softmax(QK^T / sqrt(d_k)) V written out, because SDPA does not return the weights.
-    Weights are float32 [B, H, T, S]."""
+    """softmax(QK^T / sqrt(d_k)) V written out, because SDPA does not return the weights (and is slower at
+    decoding's shapes on CPU). `mask`: boolean (True = attend) or additive. Weights are float32 [B, H, T, S]."""
     scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.size(-1))
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
     if causal:
         T, S = scores.shape[-2:]
         future = torch.ones(T, S, dtype=torch.bool, device=q.device).triu(1)
         scores = scores.masked_fill(future, float("-inf"))
     weights = scores.softmax(dim=-1)
-    out = F.dropout(weights, dropout_p).to(v.dtype) @ v
+    out = (F.dropout(weights, dropout_p) if dropout_p > 0 else weights).to(v.dtype) @ v
     return out, weights
 
 
@@ -108,12 +108,14 @@ class MultiHeadAttention(nn.Module):
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False,
-        need_weights: bool = False,
+        need_weights: bool = False, explicit: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """Heads [B, H, T, Dh] -> output [B, T, D] and, only if asked, weights [B, H, T, S]."""
+        """Heads [B, H, T, Dh] -> output [B, T, D] and, only if asked, weights [B, H, T, S]. `explicit`:
+        attention_with_weights instead of SDPA (decoding steps on CPU, where it is 2.5-5x faster)."""
         p = self.attention_dropout if self.training else 0.0
-        if need_weights:
+        if need_weights or explicit:
             out, weights = attention_with_weights(q, k, v, mask, causal, p)
+            weights = weights if need_weights else None
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
             weights = None
@@ -226,18 +228,20 @@ class DecoderLayer(_Residual):
         if group < self_kv.size(4):  # unused slots are masked, but 0 * NaN garbage would still be NaN
             self_kv[:, :, :, step, group:] = 0
         k, v = self_kv[:, :, :, : step + 1].flatten(3, 4)  # [G, H, (step + 1) * W, Dh] each, views
-        h, _ = self.self_attn.attend(qkv[0], k, v, mask=self_mask)
+        # a few query rows against tens of keys: SDPA's CPU kernel costs more than its work there
+        explicit = x.device.type == "cpu"
+        h, _ = self.self_attn.attend(qkv[0], k, v, mask=self_mask, explicit=explicit)
         x = self._add(x, h, self.norm1)
-        x, weights = self._cross_and_ffn(x, memory_kv, memory_mask, need_weights)
+        x, weights = self._cross_and_ffn(x, memory_kv, memory_mask, need_weights, explicit)
         if weights is not None:  # [G, H, group, S] -> [N, H, 1, S]
             weights = weights.transpose(1, 2).reshape(N, weights.size(1), 1, weights.size(-1))
         return x.view(N, 1, D), weights
 
     def _cross_and_ffn(self, x: Tensor, memory_kv: tuple[Tensor, ...] | Tensor, memory_mask: Tensor,
-                       need_weights: bool) -> tuple[Tensor, Tensor | None]:
+                       need_weights: bool, explicit: bool = False) -> tuple[Tensor, Tensor | None]:
         k, v = memory_kv
         q = self.cross_attn.q(self._in(x, self.norm2))
-        h, weights = self.cross_attn.attend(q, k, v, mask=memory_mask, need_weights=need_weights)
+        h, weights = self.cross_attn.attend(q, k, v, mask=memory_mask, need_weights=need_weights, explicit=explicit)
         x = self._add(x, h, self.norm2)
         x = self._add(x, self.ffn(self._in(x, self.norm3)), self.norm3)
         return x, weights
