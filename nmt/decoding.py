@@ -13,8 +13,8 @@ from torch import Tensor
 @dataclass
 class DecoderCache:
     """Incremental decoding state of N rows (sentences, or sentences x beams) in G groups of `group` rows
-    that share a source. Beam search keeps the beams of a sentence together, so after its first step
-    group = beam size; any other reorder falls back to group = 1.
+    that share a source: row g * group + q is row q of group g. Beam search keeps the beams of a sentence
+    in one group (group = beam size after its first step); greedy search has one row per group.
 
     cross_kv:    [L, 2, G, H, S, Dh] keys/values of the encoder output for every decoder layer, computed
                  once in `init_cache`: one copy per group, not per beam.
@@ -53,28 +53,25 @@ class DecoderCache:
         mask = torch.zeros(G, 1, Q, (step + 1) * W, dtype=dtype, device=self.self_kv.device)
         return mask.masked_fill_(~own.view(G, 1, Q, -1), float("-inf"))
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep rows `index` in that order (repeats allowed, may be shorter or longer than N): beams are
-        reordered and finished sentences dropped at once. Within groups only `slots` is gathered; the
-        keys/values are copied only when groups are dropped, repeated or reordered, or widen."""
-        index = index.to(self.slots.device)
-        rows = index.tolist()
-        source = [r // self.group for r in rows]
-        group = _run_length(source)
-        keep = source[::group]
-        keep_t = torch.tensor(keep, dtype=torch.long, device=self.slots.device)
-        within = (index % self.group).view(len(keep), group)
-        self.slots = self.slots[keep_t[:, None], within]
-        W = self.self_kv.size(5)
-        if keep != list(range(self.cross_kv.size(2))) or group > W:
+    def reorder(self, keep: Tensor, parents: Tensor) -> None:
+        """The search's decision, stated explicitly: the groups (sentences) `keep` [G'] stay, in that order
+        (a repeat copies a group), and row q of new group g continues the history of row parents[g, q]
+        of old group keep[g] (parents [G', Q'], Q' the new group size: beam search's first step widens
+        1 -> beam). Within groups only `slots` is gathered; the keys/values are copied only when groups
+        are dropped, repeated or reordered, or widen."""
+        keep = keep.to(self.slots.device)
+        parents = parents.to(self.slots.device)
+        self.slots = self.slots[keep[:, None], parents]
+        W, group = self.self_kv.size(5), parents.size(1)
+        if not _is_identity(keep, self.cross_kv.size(2)) or group > W:
             L, _, _, H, capacity, _, Dh = self.self_kv.shape
-            kv = self.self_kv.new_empty(L, 2, len(keep), H, capacity, max(W, group), Dh)
+            kv = self.self_kv.new_empty(L, 2, keep.numel(), H, capacity, max(W, group), Dh)
             if self.step:
-                kv[:, :, :, :, : self.step, :W] = self.self_kv[:, :, :, :, : self.step].index_select(2, keep_t)
+                kv[:, :, :, :, : self.step, :W] = self.self_kv[:, :, :, :, : self.step].index_select(2, keep)
                 kv[:, :, :, :, : self.step, W:] = 0  # new slots: masked, and must not hold NaN garbage
             self.self_kv = kv
-            self.cross_kv = self.cross_kv.index_select(2, keep_t)
-            self.memory_mask = self.memory_mask.index_select(0, keep_t)
+            self.cross_kv = self.cross_kv.index_select(2, keep)
+            self.memory_mask = self.memory_mask.index_select(0, keep)
         self.group = group
 
     def _capacity(self, positions: int) -> int:
@@ -95,11 +92,6 @@ class DecoderCache:
         self.self_kv, self.slots = grown, slots
 
 
-def _run_length(source: list[int]) -> int:
-    """The common length of the runs of equal values in `source` if all runs have it, else 1."""
-    n, group = len(source), 1
-    while group < n and source[group] == source[0]:
-        group += 1
-    if n == 0 or n % group or any(source[i] != source[i - i % group] for i in range(n)):
-        return 1
-    return group
+def _is_identity(keep: Tensor, groups: int) -> bool:
+    """Whether `keep` keeps all `groups` groups in their order (then no key/value moves)."""
+    return keep.numel() == groups and bool(keep.eq(torch.arange(groups, device=keep.device)).all())

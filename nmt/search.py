@@ -79,7 +79,7 @@ def greedy_search(model, src: Tensor, *, bos: int, eos: int, pad: int, max_len_a
     T = int(limit.max())
     memory, src_pad_mask = model.encode(src)
     cache = model.init_cache(memory, src_pad_mask, T + 1)
-    rows = torch.arange(B, device=src.device)  # sentence of each active row
+    rows = torch.arange(B, device=src.device)  # sentence of each active row (one row per sentence)
     tokens = src.new_full((B,), bos)
     out = src.new_full((B, T + 1), pad)
     logprob = torch.zeros(B, device=src.device)
@@ -98,7 +98,7 @@ def greedy_search(model, src: Tensor, *, bos: int, eos: int, pad: int, max_len_a
             break
         if bool(done.any()):
             keep = (~done).nonzero().squeeze(1)
-            cache.reorder(keep)
+            cache.reorder(keep, parents=torch.zeros_like(keep)[:, None])
             rows, tokens = rows[keep], tokens[keep]
     out_l, lp_l, len_l = out.tolist(), logprob.tolist(), lengths.tolist()
     src_len = src.ne(pad).sum(dim=1).tolist()
@@ -114,6 +114,54 @@ def greedy_search(model, src: Tensor, *, bos: int, eos: int, pad: int, max_len_a
     ]
 
 
+@dataclass
+class Candidates:
+    """The beam rule's choice for one step: each sentence's 2K best continuations, best first."""
+
+    scores: Tensor  # [N, 2K] cumulative log-probability
+    parents: Tensor  # [N, 2K] the beam (row of the sentence's group) each one continues
+    tokens: Tensor  # [N, 2K] the token it appends
+
+
+def best_continuations(logprobs: Tensor, scores: Tensor, beams: int, k: int) -> Candidates:
+    """The beam rule (fairseq's BeamSearch.step): logprobs [N * beams, V] of each row's next token and
+    scores [N * beams] (each row's cumulative log-probability) -> the k best continuations of each of
+    the N sentences. They are among the best k tokens of each of its rows: take those per row, add the
+    row's score, and keep the best k of the beams x k."""
+    V = logprobs.size(-1)
+    if V < k:  # tiny vocabulary: fill up with impossible candidates (of a real token id)
+        logprobs = F.pad(logprobs, (0, k - V), value=float("-inf"))
+    row_logprobs, row_tokens = logprobs.topk(k, dim=1)
+    row_tokens.clamp_(max=V - 1)
+    N = scores.numel() // beams
+    best, index = (row_logprobs + scores[:, None]).view(N, beams * k).topk(k, dim=1)
+    return Candidates(best, index.div(k, rounding_mode="floor"), row_tokens.view(N, beams * k).gather(1, index))
+
+
+class Finished:
+    """Each sentence's finished hypotheses: its best `beam` (best first) and, once it has that many, the
+    score a new one has to beat (`worst` [B], -inf before)."""
+
+    def __init__(self, sentences: int, beam: int, alpha: float, src_len: list[int], device: torch.device):
+        self.hypotheses: list[list[Hypothesis]] = [[] for _ in range(sentences)]
+        self.worst = torch.full((sentences,), float("-inf"), device=device)
+        self.beam, self.alpha, self.src_len = beam, alpha, src_len
+
+    def add(self, sentences: list[int], logprobs: list[float], prefixes: list[list[int]],
+            attention: Tensor | None) -> None:
+        """Hypotheses ending (with EOS) at this step: their prefixes, total log-probabilities and, when
+        wanted, attention [n, len + 1, S] (CPU)."""
+        for i, (s, logprob, prefix) in enumerate(zip(sentences, logprobs, prefixes, strict=True)):
+            self.hypotheses[s].append(Hypothesis(
+                tokens=prefix, score=length_normalized(logprob, len(prefix) + 1, self.alpha), logprob=logprob,
+                attention=attention[i, :, : self.src_len[s]].clone() if attention is not None else None,
+            ))
+        for s in set(sentences):
+            self.hypotheses[s] = sorted(self.hypotheses[s], key=lambda h: h.score, reverse=True)[: self.beam]
+            if len(self.hypotheses[s]) == self.beam:
+                self.worst[s] = self.hypotheses[s][-1].score
+
+
 @torch.no_grad()
 def beam_search(model, src: Tensor, *, bos: int, eos: int, pad: int, beam: int = 4, length_penalty: float = 0.6,
                 max_len_a: float = 1.0, max_len_b: int = 50, nbest: int = 1, need_attention: bool = False,
@@ -121,13 +169,13 @@ def beam_search(model, src: Tensor, *, bos: int, eos: int, pad: int, beam: int =
     """Batched beam search; per sentence the `nbest` best finished hypotheses, best first.
 
     Each step scores beam x V continuations per sentence by cumulative log-probability and keeps the
-    best 2*beam. EOS candidates among the top `beam` become finished hypotheses, scored with the GNMT
-    length penalty; the best `beam` non-EOS candidates continue. Early stop: a sentence is done once
-    it has `beam` finished hypotheses and its best active beam, scored at its current length, cannot
-    beat the worst of them (fairseq stops at `beam` finished alone, which with a confident model lets
-    junk beams that end early crowd out the real translation), or when it reaches its length limit,
-    where EOS is forced on every beam. With beam=1 this is exactly greedy search. Beams are
-    reordered and finished sentences dropped with one `cache.reorder` per step.
+    best 2*beam (`best_continuations`). EOS candidates among the top `beam` become finished hypotheses,
+    scored with the GNMT length penalty; the best `beam` non-EOS candidates continue. Early stop: a
+    sentence is done once it has `beam` finished hypotheses and its best active beam, scored at its
+    current length, cannot beat the worst of them (fairseq stops at `beam` finished alone, which with a
+    confident model lets junk beams that end early crowd out the real translation), or when it reaches
+    its length limit, where EOS is forced on every beam. With beam=1 this is exactly greedy search.
+    The cache learns each step's outcome from one `cache.reorder(sentences kept, parent beams)`.
     """
     if beam < 1 or not 1 <= nbest <= beam:
         raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
@@ -139,89 +187,53 @@ def beam_search(model, src: Tensor, *, bos: int, eos: int, pad: int, beam: int =
     T = int(limit.max())
     memory, src_pad_mask = model.encode(src)
     cache = model.init_cache(memory, src_pad_mask, T + 1)
-    # Step 0 runs one row per sentence: all beams would hold the same empty prefix. Its reorder then
-    # expands each sentence to K rows; from there on row n*K + k = beam k of slot n.
-    sent = torch.arange(B, device=device)  # sentence of each active slot
-    bar = torch.full((B,), float("-inf"), device=device)  # worst of `beam` finished scores, once there are
+    # Step 0 runs one row per sentence (all beams would hold the same empty prefix); its reorder widens
+    # each sentence to K rows. Row n * beams + k is beam k of the n-th sentence still searching.
+    sentence = torch.arange(B, device=device)  # the sentence of each group still searching
     scores = torch.zeros(B, device=device)  # cumulative log-probability of each row
     tokens = src.new_full((B,), bos)
     history = src.new_full((B, T + 1), pad)  # tokens emitted so far by each row
     attn = torch.zeros(B, T + 1, S, device=device) if need_attention else None
-    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    src_len = src.ne(pad).sum(dim=1).tolist()
+    finished = Finished(B, K, length_penalty, src.ne(pad).sum(dim=1).tolist(), device)
 
     for t in range(T + 1):
-        N, R = sent.numel(), 1 if t == 0 else K  # active slots, rows per slot
+        beams = 1 if t == 0 else K  # rows per sentence at this step
         logits, step_attn = model.decode_step(tokens, cache, need_attention)
-        at_limit = t >= limit[sent]
-        logprobs = _log_probs(logits, at_limit.repeat_interleave(R), bos, eos, pad)
-        # The best 2K continuations of a sentence are among the best 2K tokens of each of its rows: take
-        # those per row, add the row's score, then pick the sentence's best 2K of these R x 2K.
-        V = logprobs.size(-1)
-        if V < 2 * K:  # tiny vocabulary: fill up with impossible candidates (of a real token id)
-            logprobs = F.pad(logprobs, (0, 2 * K - V), value=float("-inf"))
-        row_logprobs, row_tokens = logprobs.topk(2 * K, dim=1)
-        row_tokens.clamp_(max=V - 1)
-        candidates = (row_logprobs + scores[:, None]).view(N, R * 2 * K)
-        top_scores, top_index = candidates.topk(2 * K, dim=1)
-        beam_of = top_index.div(2 * K, rounding_mode="floor")
-        top_rows = beam_of + torch.arange(N, device=device)[:, None] * R
-        top_tokens = row_tokens.view(N, R * 2 * K).gather(1, top_index)
-        is_eos = top_tokens.eq(eos)
+        at_limit = t >= limit[sentence]
+        logprobs = _log_probs(logits, at_limit.repeat_interleave(beams), bos, eos, pad)
+        top = best_continuations(logprobs, scores, beams, 2 * K)
+        top_rows = top.parents + torch.arange(sentence.numel(), device=device)[:, None] * beams  # [N, 2K]
+        is_eos = top.tokens.eq(eos)
         step_attn = _step_attention(step_attn, attention_layer)
 
-        new_finished = is_eos[:, :K] & top_scores[:, :K].isfinite()
-        if bool(new_finished.any()):
-            slots, bars = _finalize(new_finished, sent, top_rows, top_scores, history, attn, step_attn, t, K,
-                                    length_penalty, src_len, finished)
-            bar[slots] = torch.tensor(bars, device=device)
+        ending = is_eos[:, :K] & top.scores[:, :K].isfinite()
+        if bool(ending.any()):
+            slot, rank = ending.nonzero(as_tuple=True)
+            rows = top_rows[slot, rank]
+            ended_attn = None
+            if attn is not None and step_attn is not None:
+                ended_attn = torch.cat([attn[rows, :t], step_attn[rows, None]], dim=1).cpu()
+            finished.add(sentence[slot].tolist(), top.scores[slot, rank].tolist(), history[rows, :t].tolist(),
+                         ended_attn)
 
         # The best K non-EOS candidates of each sentence (a stable sort keeps their rank order).
-        pick = is_eos.to(torch.int8).sort(dim=1, stable=True).indices[:, :K]
-        best_active = top_scores.gather(1, pick[:, :1]).squeeze(1) / ((5.0 + t + 1) / 6.0) ** length_penalty
-        done = at_limit | (bar.isfinite() & bar.ge(best_active))
+        continuing = is_eos.to(torch.int8).sort(dim=1, stable=True).indices[:, :K]
+        best_active = top.scores.gather(1, continuing[:, :1]).squeeze(1) / ((5.0 + t + 1) / 6.0) ** length_penalty
+        worst = finished.worst[sentence]
+        done = at_limit | (worst.isfinite() & worst.ge(best_active))
         if bool(done.all()):
             break
         keep = (~done).nonzero().squeeze(1)
-        pick = pick[keep]
-        rows = top_rows[keep].gather(1, pick).flatten()
-        tokens = top_tokens[keep].gather(1, pick).flatten()
-        scores = top_scores[keep].gather(1, pick).flatten()
-        cache.reorder(rows)
+        continuing = continuing[keep]
+        cache.reorder(keep, parents=top.parents[keep].gather(1, continuing))
+        rows = top_rows[keep].gather(1, continuing).flatten()
+        tokens = top.tokens[keep].gather(1, continuing).flatten()
+        scores = top.scores[keep].gather(1, continuing).flatten()
         history = history[rows]
         history[:, t] = tokens
         if attn is not None:
             attn = attn[rows]
             attn[:, t] = step_attn[rows]
-        sent, bar = sent[keep], bar[keep]
+        sentence = sentence[keep]
 
-    return [hyps[:nbest] for hyps in finished]
-
-
-def _finalize(new_finished: Tensor, sent: Tensor, top_rows: Tensor, top_scores: Tensor, history: Tensor,
-              attn: Tensor | None, step_attn: Tensor | None, t: int, K: int, alpha: float,
-              src_len: list[int], finished: list[list[Hypothesis]]) -> tuple[list[int], list[float]]:
-    """Turn the EOS candidates marked in new_finished [N, K] into Hypotheses; each sentence keeps its
-    K best, sorted. Returns the slots that now hold K and the worst score among them. Gathers all
-    in one transfer; the Python loop runs only over these few hypotheses."""
-    slot, rank = new_finished.nonzero(as_tuple=True)
-    rows = top_rows[slot, rank]
-    slots, sentences = slot.tolist(), sent[slot].tolist()
-    logprobs = top_scores[slot, rank].tolist()
-    prefixes = history[rows, :t].tolist()
-    if attn is not None and step_attn is not None:
-        rows_attn = torch.cat([attn[rows, :t], step_attn[rows, None]], dim=1).cpu()
-    for i, (s, lp, prefix) in enumerate(zip(sentences, logprobs, prefixes, strict=True)):
-        finished[s].append(Hypothesis(
-            tokens=prefix,
-            score=length_normalized(lp, t + 1, alpha),
-            logprob=lp,
-            attention=rows_attn[i, :, : src_len[s]].clone() if attn is not None else None,
-        ))
-    full_slots, bars = [], []
-    for n, s in dict(zip(slots, sentences, strict=True)).items():
-        finished[s] = sorted(finished[s], key=lambda h: h.score, reverse=True)[:K]
-        if len(finished[s]) == K:
-            full_slots.append(n)
-            bars.append(finished[s][-1].score)
-    return full_slots, bars
+    return [hyps[:nbest] for hyps in finished.hypotheses]

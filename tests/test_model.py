@@ -177,22 +177,23 @@ def test_cache_reorder_then_step_equals_stepping_reordered_batch():
     src = SRC
     steps = torch.randint(4, V, (src.size(0), 6))
     steps[:, 0] = BOS
-    index = torch.tensor([2, 0, 0, 1])  # permute and duplicate rows, as beam reordering does
+    index = torch.tensor([2, 0, 0, 1])  # permute and duplicate sentences (one row each)
+    one_row = torch.zeros(4, 1, dtype=torch.long)  # each new row continues the only row of its group
     with torch.no_grad():
         memory, mask = model.encode(src)
         cache = model.init_cache(memory, mask, max_len=6)
         for t in range(3):
             model.decode_step(steps[:, t], cache)
-        cache.reorder(index)
+        cache.reorder(index, one_row)
         assert cache.batch_size == 4
         got = [model.decode_step(steps[index, t], cache)[0] for t in range(3, 5)]
-        cache.reorder(torch.tensor([3, 1]))  # drop finished rows
+        cache.reorder(torch.tensor([3, 1]), one_row[:2])  # drop finished sentences
         got.append(model.decode_step(steps[index[[3, 1]], 5], cache)[0])
 
         memory, mask = model.encode(src[index])
         ref_cache = model.init_cache(memory, mask, max_len=6)
         ref = [model.decode_step(steps[index, t], ref_cache)[0] for t in range(5)][3:]
-        ref_cache.reorder(torch.tensor([3, 1]))
+        ref_cache.reorder(torch.tensor([3, 1]), one_row[:2])
         ref.append(model.decode_step(steps[index[[3, 1]], 5], ref_cache)[0])
     for a, b in zip(got, ref, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
@@ -217,18 +218,19 @@ def test_beam_style_reorders_match_teacher_forcing(monkeypatch, capacity_hint):
         memory, mask = model.encode(SRC)
         cache = model.init_cache(memory, mask, max_len=capacity_hint)
         sentence, history = [0, 1, 2], [[BOS], [BOS], [BOS]]  # per row
+        groups, width = [0, 1, 2], 1  # the sentence of each group, rows per group
         for step in range(6):
             tokens = torch.tensor([h[-1] for h in history])
             logits, _ = model.decode_step(tokens, cache)
             for row, (s, h) in enumerate(zip(sentence, history, strict=True)):
                 expected = model(SRC[s : s + 1], torch.tensor([h]))[0, -1]
                 torch.testing.assert_close(logits[row], expected, atol=1e-5, rtol=0)
-            alive = sorted(set(sentence)) if step != 3 else sorted(set(sentence))[::2]  # step 3: drop one
-            index = []
-            for s in alive:  # K new rows per sentence, each from a random row of that sentence
-                rows = [r for r, s2 in enumerate(sentence) if s2 == s]
-                index += [rows[int(torch.randint(len(rows), (1,), generator=g))] for _ in range(K)]
-            cache.reorder(torch.tensor(index))
+            keep = list(range(len(groups))) if step != 3 else list(range(len(groups)))[::2]  # step 3: drop one
+            # K new rows per kept group, each continuing a random row (parent) of that group
+            parents = torch.randint(width, (len(keep), K), generator=g)
+            cache.reorder(torch.tensor(keep), parents)
+            index = [k * width + int(q) for k, row in zip(keep, parents, strict=True) for q in row]
+            groups, width = [groups[k] for k in keep], K
             assert cache.group == K and cache.batch_size == len(index)
             sentence = [sentence[r] for r in index]
             history = [history[r] + [int(torch.randint(4, V, (1,), generator=g))] for r in index]

@@ -72,9 +72,12 @@ def teacher_forced_logprob(model: Transformer, src_row: torch.Tensor, tokens: li
 class TableCache:
     def __init__(self, prefix: torch.Tensor, src_real: torch.Tensor):
         self.prefix, self.src_real = prefix, src_real
+        self.group = 1  # rows per group
 
-    def reorder(self, index: torch.Tensor) -> None:
-        self.prefix, self.src_real = self.prefix[index], self.src_real[index]
+    def reorder(self, keep: torch.Tensor, parents: torch.Tensor) -> None:
+        """DecoderCache's contract: groups `keep` stay; row q of new group g continues row parents[g, q]."""
+        index = (keep[:, None] * self.group + parents).flatten()
+        self.prefix, self.src_real, self.group = self.prefix[index], self.src_real[index], parents.size(1)
 
 
 class TableModel:
