@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from nmt.config import Config
+from nmt.device import cpu_bf16_pays
 from nmt.errors import NmtError
 
 
@@ -45,16 +46,6 @@ def native_bf16(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
-CPU_BF16_MIN_D_MODEL = 256  # below, bf16 autocast saves nothing on CPU (measured: d128 1.03x, d256 1.53x)
-
-
-def cpu_native_bf16() -> bool:
-    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX), as torch's own CPU check reports
-    it; elsewhere oneDNN emulates bf16 and it is slower than fp32."""
-    checks = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
-    return any(check is not None and check() for check in checks)
-
-
 def amp_dtype(amp: str, device: torch.device, d_model: int) -> torch.dtype | None:
     """Autocast dtype. auto: bf16 on GPUs with native bf16, fp16 (with GradScaler) on older GPUs; on CPU
     bf16 where the CPU has native bf16 and the model is wide enough for it to pay, else full precision."""
@@ -63,7 +54,7 @@ def amp_dtype(amp: str, device: torch.device, d_model: int) -> torch.dtype | Non
     if amp == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if native_bf16(device) else torch.float16
-        if device.type == "cpu" and cpu_native_bf16() and d_model >= CPU_BF16_MIN_D_MODEL:
+        if device.type == "cpu" and cpu_bf16_pays(d_model):
             return torch.bfloat16
         return None
     if amp == "fp16" and device.type != "cuda":

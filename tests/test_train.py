@@ -361,7 +361,8 @@ def test_amp_auto_uses_fp16_on_gpus_that_only_emulate_bf16(monkeypatch):
 
 
 def test_amp_auto_on_cpu_is_bf16_only_where_it_is_native_and_pays(monkeypatch):
-    from nmt.optim import amp_dtype, cpu_native_bf16
+    from nmt.device import cpu_native_bf16
+    from nmt.optim import amp_dtype
 
     cpu = torch.device("cpu")
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
