@@ -67,6 +67,11 @@ class ModelConfig:
     pre_norm: bool = False  # paper: post-norm
     max_positions: int = 1024
     share_all_embeddings: bool = True  # encoder+decoder+output tied when the vocabulary is joint
+    # Where other published models (OPUS-MT / Marian) differ from the paper; the defaults are the paper's.
+    activation: str = "relu"  # relu | gelu | swish: the feed-forward network's nonlinearity
+    position_layout: str = "interleaved"  # interleaved: sin/cos alternate (paper) | halves: all sin, then all cos
+    scale_embedding: bool = True  # embeddings x sqrt(d_model) (§3.4)
+    output_bias: bool = False  # a fixed bias on the output logits (Marian's final_logits_bias)
 
 
 @dataclass
@@ -281,7 +286,12 @@ def validate_model(m: ModelConfig) -> None:
         (all(0 <= p < 1 for p in (m.dropout, m.attention_dropout, m.activation_dropout)),
          "model dropouts must be in [0, 1)"),
         (m.max_positions > 0, "model.max_positions must be > 0"),
+        (m.activation in ACTIVATIONS, f"model.activation must be {'|'.join(ACTIVATIONS)}"),
+        (m.position_layout in ("interleaved", "halves"), "model.position_layout must be interleaved|halves"),
     ])
+
+
+ACTIVATIONS = ("relu", "gelu", "swish")
 
 
 def validate_train(t: TrainConfig) -> None:

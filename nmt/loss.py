@@ -37,18 +37,20 @@ CHUNK_BYTES = 4 << 20  # fp32 logits per chunk: stays in cache between the GEMM 
 
 
 def projected_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float,
-                                  pad: int) -> tuple[Tensor, Tensor]:
-    """`label_smoothed_loss(hidden @ weight.T, target, ...)` without the full logits: hidden [..., D],
-    weight [V, D], target [...]. The loss is differentiable (once) with respect to hidden and weight;
-    the NLL is for logging. Under autocast the GEMMs run in the autocast dtype, the softmax in fp32."""
+                                  pad: int, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """`label_smoothed_loss(hidden @ weight.T + bias, target, ...)` without the full logits: hidden
+    [..., D], weight [V, D], target [...], bias [V] a constant (a model's fixed output bias). The loss is
+    differentiable (once) with respect to hidden and weight; the NLL is for logging. Under autocast the
+    GEMMs run in the autocast dtype, the softmax in fp32."""
     keep = target.reshape(-1) != pad
     rows = hidden.reshape(-1, hidden.size(-1))[keep]
     labels = target.reshape(-1)[keep]
     dtype = _compute_dtype(hidden)
+    bias = bias.detach().float() if bias is not None else None
     if torch.is_grad_enabled() and (rows.requires_grad or weight.requires_grad):
-        return _ProjectedLoss.apply(rows, weight, labels, epsilon, dtype)
+        return _ProjectedLoss.apply(rows, weight, labels, epsilon, dtype, bias)
     with torch.autocast(hidden.device.type, enabled=False):
-        loss, nll, _, _ = _chunked(rows.to(dtype), weight.to(dtype), labels, epsilon, with_grad=False)
+        loss, nll, _, _ = _chunked(rows.to(dtype), weight.to(dtype), labels, epsilon, bias, with_grad=False)
     return loss, nll
 
 
@@ -59,13 +61,13 @@ def _compute_dtype(hidden: Tensor) -> torch.dtype:
     return hidden.dtype
 
 
-def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float,
+def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float, bias: Tensor | None,
              with_grad: bool) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
     """Loss and NLL sums over rows [N, D] (and with `with_grad` their gradients d loss / d rows [N, D],
     d loss / d weight [V, D], fp32), a chunk of rows at a time.
 
-    With z = h W^T, m = max(z), e = exp(z - m), s = sum(e) and p = e / s per row:
-    nll = m + log s - z[label]; mean_v(-log p_v) = m + log s - h . mean_v(W);
+    With z = h W^T + b, m = max(z), e = exp(z - m), s = sum(e) and p = e / s per row:
+    nll = m + log s - z[label]; mean_v(-log p_v) = m + log s - h . mean_v(W) - mean_v(b);
     d loss / d z = p - (1 - eps) onehot(label) - eps / V, so
     d loss / d h = (e @ W) / s - (1 - eps) W[label] - eps mean_v(W),
     d loss / d W = e^T (h / s) - (1 - eps) onehot^T h - eps / V * sum_n(h).
@@ -74,6 +76,7 @@ def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float,
     vocab = weight.size(0)
     step = max(1, CHUNK_BYTES // (4 * vocab))
     mean_row = weight.float().mean(dim=0)  # [D]
+    mean_bias = float(bias.mean()) if bias is not None else 0.0
     loss = rows.new_zeros((), dtype=torch.float32)
     nll = rows.new_zeros((), dtype=torch.float32)
     grad_rows = torch.empty(rows.shape, dtype=torch.float32, device=rows.device) if with_grad else None
@@ -81,6 +84,8 @@ def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float,
     for start in range(0, rows.size(0), step):
         h, label = rows[start:start + step], labels[start:start + step]
         z = (h @ weight.t()).float()  # [n, V]
+        if bias is not None:
+            z += bias
         label_z = z.gather(1, label[:, None]).squeeze(1)
         m = z.amax(dim=-1)
         e = z.sub_(m[:, None]).exp_()
@@ -88,7 +93,7 @@ def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float,
         lse = m + s.log()
         chunk_nll = lse - label_z
         nll += chunk_nll.sum()
-        loss += (1.0 - epsilon) * chunk_nll.sum() + epsilon * (lse - h.float() @ mean_row).sum()
+        loss += (1.0 - epsilon) * chunk_nll.sum() + epsilon * (lse - h.float() @ mean_row - mean_bias).sum()
         if with_grad:
             inv_s = s.reciprocal()[:, None]
             e = e.to(h.dtype)
@@ -109,10 +114,10 @@ class _ProjectedLoss(torch.autograd.Function):
     """Forward computes the gradients too; backward scales them by the incoming scalar gradient."""
 
     @staticmethod
-    def forward(ctx, rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float,
-                dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    def forward(ctx, rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float, dtype: torch.dtype,
+                bias: Tensor | None) -> tuple[Tensor, Tensor]:
         with torch.autocast(rows.device.type, enabled=False):
-            loss, nll, grad_rows, grad_weight = _chunked(rows.to(dtype), weight.to(dtype), labels, epsilon,
+            loss, nll, grad_rows, grad_weight = _chunked(rows.to(dtype), weight.to(dtype), labels, epsilon, bias,
                                                          with_grad=True)
         ctx.save_for_backward(grad_rows, grad_weight)
         ctx.dtypes = rows.dtype, weight.dtype
@@ -124,4 +129,4 @@ class _ProjectedLoss(torch.autograd.Function):
         grad_rows, grad_weight = ctx.saved_tensors
         rows_dtype, weight_dtype = ctx.dtypes
         return ((grad_rows * grad_loss).to(rows_dtype), (grad_weight * grad_loss).to(weight_dtype),
-                None, None, None)
+                None, None, None, None)

@@ -23,13 +23,18 @@ from torch import Tensor, nn
 from nmt.decoding import DecoderCache
 
 
-def sinusoidal_positions(max_positions: int, d_model: int) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
+def sinusoidal_positions(max_positions: int, d_model: int, layout: str = "interleaved") -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
+    layout "halves" (Marian) puts the same sines in the first half of the vector and the cosines in the
+    second: PE(pos, i) = sin(angle_i), PE(pos, ceil(d/2) + i) = cos(angle_i)."""
     pos = torch.arange(max_positions, dtype=torch.float64)[:, None]
     angle = pos * torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    sin, cos = torch.sin(angle), torch.cos(angle)[:, : d_model // 2]  # odd d_model: one cosine fewer
+    if layout == "halves":
+        return torch.cat([sin, cos], dim=1).float()
     pe = torch.zeros(max_positions, d_model, dtype=torch.float64)
-    pe[:, 0::2] = torch.sin(angle)
-    pe[:, 1::2] = torch.cos(angle)[:, : d_model // 2]  # odd d_model: one cosine fewer
+    pe[:, 0::2] = sin
+    pe[:, 1::2] = cos
     return pe.float()
 
 
@@ -142,19 +147,24 @@ class Dropout(nn.Dropout):
         return x.mul(1.0 / (1.0 - self.p)) * keep
 
 
-class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2  (§3.3), with dropout on the hidden activation."""
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
 
-    def __init__(self, d_model: int, d_ff: int, activation_dropout: float):
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2  (§3.3), with dropout on the hidden activation; GELU or
+    swish (x * sigmoid(x), Marian's) in place of max(0, .) when asked."""
+
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float, activation: str = "relu"):
         super().__init__()
         self.w1 = nn.Linear(d_model, d_ff)
         self.w2 = nn.Linear(d_ff, d_model)
         self.dropout = Dropout(activation_dropout)
+        self.activation = ACTIVATIONS[activation]
         xavier_(self.w1)
         xavier_(self.w2)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w2(self.dropout(F.relu(self.w1(x))))
+        return self.w2(self.dropout(self.activation(self.w1(x))))
 
 
 class _Residual(nn.Module):
@@ -178,10 +188,10 @@ class EncoderLayer(_Residual):
     """Self-attention over the source, then the feed-forward network."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float,
-                 activation_dropout: float, pre_norm: bool):
+                 activation_dropout: float, pre_norm: bool, activation: str = "relu"):
         super().__init__(pre_norm, dropout)
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
-        self.ffn = FeedForward(d_model, d_ff, activation_dropout)
+        self.ffn = FeedForward(d_model, d_ff, activation_dropout, activation)
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
 
     def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -196,11 +206,11 @@ class DecoderLayer(_Residual):
     """Masked self-attention, attention over the encoder output, then the feed-forward network."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float,
-                 activation_dropout: float, pre_norm: bool):
+                 activation_dropout: float, pre_norm: bool, activation: str = "relu"):
         super().__init__(pre_norm, dropout)
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, cross=True)
-        self.ffn = FeedForward(d_model, d_ff, activation_dropout)
+        self.ffn = FeedForward(d_model, d_ff, activation_dropout, activation)
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
 
     def forward(self, x: Tensor, memory_kv: tuple[Tensor, ...], memory_mask: Tensor,
@@ -253,6 +263,8 @@ class Transformer(nn.Module):
     Embeddings: the decoder input embedding and the output projection are always the same matrix;
     with `share_all_embeddings` the encoder embedding is that matrix too, but only when the data says
     source and target are one vocabulary (`joint_vocab`): two vocabularies of equal size are still two.
+    `activation`, `position_layout`, `scale_embedding` and `output_bias` default to the paper's model;
+    other values describe published models that differ (Marian: swish, halves, a fixed logits bias).
     """
 
     INITIAL_CACHE = 16  # positions preallocated by init_cache before doubling (except on CPU, see there)
@@ -260,18 +272,24 @@ class Transformer(nn.Module):
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_heads: int = 8,
                  d_ff: int = 2048, encoder_layers: int = 6, decoder_layers: int = 6, dropout: float = 0.1,
                  attention_dropout: float = 0.0, activation_dropout: float = 0.0, pre_norm: bool = False,
-                 max_positions: int = 1024, share_all_embeddings: bool = True, *, pad_id: int, joint_vocab: bool):
+                 max_positions: int = 1024, share_all_embeddings: bool = True, activation: str = "relu",
+                 position_layout: str = "interleaved", scale_embedding: bool = True, output_bias: bool = False,
+                 *, pad_id: int, joint_vocab: bool):
         super().__init__()
         self.d_model, self.n_heads, self.pad_id, self.max_positions = d_model, n_heads, pad_id, max_positions
-        self.embed_scale = math.sqrt(d_model)  # §3.4: embeddings are multiplied by sqrt(d_model)
+        self.embed_scale = math.sqrt(d_model) if scale_embedding else 1.0  # §3.4: embeddings x sqrt(d_model)
         self.tgt_embed = self._embedding(tgt_vocab_size)
         if joint_vocab and src_vocab_size != tgt_vocab_size:
             raise ValueError(f"a joint vocabulary has one size, got {src_vocab_size} and {tgt_vocab_size}")
         self.shares_src_embedding = share_all_embeddings and joint_vocab
         self.src_embed = self.tgt_embed if self.shares_src_embedding else self._embedding(src_vocab_size)
-        self.register_buffer("positions", sinusoidal_positions(max_positions, d_model), persistent=False)
+        self.register_buffer("positions", sinusoidal_positions(max_positions, d_model, position_layout),
+                             persistent=False)
+        # a constant of the model (not trained), stored in its checkpoints
+        self.output_bias: Tensor | None
+        self.register_buffer("output_bias", torch.zeros(tgt_vocab_size) if output_bias else None)
         self.dropout = Dropout(dropout)
-        layer_args = (d_model, n_heads, d_ff, dropout, attention_dropout, activation_dropout, pre_norm)
+        layer_args = (d_model, n_heads, d_ff, dropout, attention_dropout, activation_dropout, pre_norm, activation)
         self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(decoder_layers))
         # Pre-norm leaves the residual stream un-normalised, so each stack ends with a LayerNorm.
@@ -301,8 +319,8 @@ class Transformer(nn.Module):
         return self.dropout(embedding(tokens) * self.embed_scale + self.positions[offset:end])
 
     def _project(self, x: Tensor) -> Tensor:
-        """Output logits with the (tied) target embedding matrix."""
-        return F.linear(x, self.output_weight)
+        """Output logits with the (tied) target embedding matrix (and the output bias, if the model has one)."""
+        return F.linear(x, self.output_weight, self.output_bias)
 
     # ---- encoder ---------------------------------------------------------------------------------
 

@@ -282,7 +282,8 @@ class Trainer:
                     with autocast(self.device, self.dtype):
                         hidden = module(batch.src, batch.tgt_in, project=False)
                         loss, nll = projected_label_smoothed_loss(hidden, self.model.output_weight, batch.tgt_out,
-                                                                  self.cfg.train.label_smoothing, self.special.pad)
+                                                                  self.cfg.train.label_smoothing, self.special.pad,
+                                                                  self.model.output_bias)
                     self.scaler.scale(loss * (self.dist.world / total)).backward()
                 loss_sum += float(loss.detach())
                 nll_sum += float(nll.detach())

@@ -68,6 +68,8 @@ def test_unknown_section_and_bad_override_form():
         ("model.pre_norm=3", "model.pre_norm' expects bool"),
         ("model.dropout=1.5", "dropouts"),
         ("decode.nbest=9", "decode.nbest"),
+        ("model.activation=tanh", "model.activation must be relu|gelu|swish"),
+        ("model.position_layout=random", "model.position_layout must be interleaved|halves"),
     ],
 )
 def test_bad_values_name_the_key(override, message):

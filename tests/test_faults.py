@@ -521,8 +521,8 @@ def test_a_poisoned_training_example_is_skipped_every_epoch(demo_data, tmp_path,
         state["batch"] = pieces
         return real_forward_backward(self, pieces, total)
 
-    def poisoned(hidden, weight, target, eps, pad=0):
-        loss, nll = real(hidden, weight, target, eps, pad)
+    def poisoned(hidden, weight, target, eps, pad=0, bias=None):
+        loss, nll = real(hidden, weight, target, eps, pad, bias)
         hit = any(7 in b.index.tolist() for b in state["batch"])
         return (loss * float("inf"), nll) if hit else (loss, nll)
 

@@ -64,3 +64,13 @@ def test_under_bf16_autocast_it_stays_close_to_fp32():
     assert low[2].dtype == hidden.dtype and low[3].dtype == weight.dtype  # gradients in the parameters' dtype
     for a, b in zip(reference, low, strict=True):
         torch.testing.assert_close(b, a, rtol=0.03, atol=0.03)
+
+
+def test_a_fixed_output_bias_is_part_of_the_logits():
+    hidden, weight, target = inputs(4)
+    bias = torch.linspace(-2.0, 2.0, weight.size(0))
+    plain = with_grads(lambda h, w, t: label_smoothed_loss(h @ w.t() + bias, t, 0.1, pad=0), hidden, weight, target)
+    fused = with_grads(lambda h, w, t: projected_label_smoothed_loss(h, w, t, 0.1, pad=0, bias=bias),
+                       hidden, weight, target)
+    for a, b in zip(plain, fused, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)

@@ -293,3 +293,37 @@ def test_training_step_reduces_loss():
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < losses[0]
+
+
+def test_positions_in_halves_put_the_same_sines_then_the_cosines():
+    """Marian's layout: the paper's frequencies, sines in the first half of the vector, cosines in the second."""
+    paper, halves = sinusoidal_positions(20, 8), sinusoidal_positions(20, 8, "halves")
+    torch.testing.assert_close(halves[:, :4], paper[:, 0::2])
+    torch.testing.assert_close(halves[:, 4:], paper[:, 1::2])
+    assert sinusoidal_positions(20, 7, "halves").shape == (20, 7)  # odd width: one cosine fewer
+
+
+@pytest.mark.parametrize("activation, fn", [("relu", torch.relu), ("gelu", torch.nn.functional.gelu),
+                                            ("swish", lambda x: x * torch.sigmoid(x))])
+def test_feed_forward_activation(activation, fn):
+    from nmt.model import FeedForward
+
+    ffn = FeedForward(8, 16, 0.0, activation).eval()
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(ffn(x), ffn.w2(fn(ffn.w1(x))))
+
+
+def test_output_bias_and_unscaled_embeddings():
+    """Keys for models that differ from the paper: a fixed bias on the logits (a buffer, stored in the
+    state dict, not trained) and embeddings without the sqrt(d_model) factor."""
+    plain = make_model(pre_norm=True)
+    model = make_model(pre_norm=True, output_bias=True, scale_embedding=False)
+    model.load_state_dict(plain.state_dict(), strict=False)
+    assert "output_bias" in model.state_dict() and "output_bias" not in dict(model.named_parameters())
+    model.output_bias.copy_(torch.linspace(-1, 1, V))
+    with torch.no_grad():
+        hidden = model(SRC, TGT, project=False)
+        torch.testing.assert_close(model(SRC, TGT), hidden @ model.output_weight.t() + model.output_bias)
+        unscaled = model.tgt_embed(TGT) + model.positions[: TGT.size(1)]
+        torch.testing.assert_close(model._embed(model.tgt_embed, TGT), unscaled, rtol=0, atol=0)
+        assert not torch.equal(plain(SRC, TGT, project=False), hidden)  # the scale made a difference
