@@ -177,7 +177,9 @@ def translate(
         "--scores", help="Append '<TAB>log-prob' (the sum of token log-probabilities, EOS included) to each "
                          "output line, n-best lines included.")] = False,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
-    dtype: Annotated[str, typer.Option(help="fp32 | bf16 | fp16 (fp16 on CUDA only)")] = "fp32",
+    dtype: Annotated[str, typer.Option(
+        help="auto | fp32 | bf16 | fp16 (fp16 on CUDA only). auto: bf16 on CPUs with native bf16 (AVX512-BF16 or "
+             "AMX), else fp32.")] = "auto",
     threads: Annotated[int, typer.Option(help="CPU threads (0 = torch default).")] = 0,
     quantize: Annotated[str | None, typer.Option(
         help="'int8': dynamic int8 quantization of Linear layers (CPU speed-up).")] = None,

@@ -49,8 +49,8 @@ def source(tmp_path_factory) -> Path:
 
 
 def translate(source: Path, out: Path, options: list[str]) -> bytes:
-    args = ["translate", "--checkpoint", str(CHECKPOINT), *options, "--threads", "1", "--no-progress",
-            "--input", str(source), "--output", str(out)]
+    args = ["translate", "--checkpoint", str(CHECKPOINT), "--dtype", "fp32", *options, "--threads", "1",
+            "--no-progress", "--input", str(source), "--output", str(out)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, f"nmt {' '.join(args)}: exit {result.exit_code}\n{result.output[-3000:]}"
     return out.read_bytes()

@@ -244,3 +244,16 @@ def test_scores_with_nbest_add_the_log_prob(demo_run, tmp_path):
     for _, _, score, logprob in rows[:2]:
         assert float(logprob) <= float(score) < 0  # the length penalty divides by a factor >= 1
     assert rows[2][1:] == ["", "0.0000", "0.0000"]  # an empty line still gets its row
+
+
+def test_dtype_auto_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
+    import torch
+
+    from nmt import translate as translate_mod
+
+    cpu = torch.device("cpu")
+    for native, expected in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(translate_mod, "cpu_native_bf16", lambda n=native: n)
+        assert translate_mod.auto_dtype(cpu, None) == expected
+        assert translate_mod.auto_dtype(cpu, "int8") == "fp32"  # int8 quantization works on fp32 weights
+    assert translate_mod.auto_dtype(torch.device("cuda", 0), None) == "fp32"
