@@ -73,7 +73,7 @@ def average(paths: list[Path]) -> dict[str, Any]:
     if not paths:
         raise NmtError("no checkpoints to average")
     first = load(paths[0])
-    names = _tensors_by_storage(first["model"])
+    names = tensors_by_storage(first["model"])
     total = {k: first["model"][k].double() if first["model"][k].is_floating_point() else first["model"][k].clone()
              for k in names}
     for p in paths[1:]:
@@ -94,10 +94,13 @@ def average(paths: list[Path]) -> dict[str, Any]:
     return out
 
 
-def _tensors_by_storage(weights: dict[str, torch.Tensor]) -> dict[str, list[str]]:
-    """First name of each distinct tensor -> every name that is that same tensor (same storage and view)."""
+def tensors_by_storage(weights: dict[str, Any]) -> dict[str, list[str]]:
+    """First name of each distinct tensor -> every name that is that same tensor (same storage and view),
+    e.g. tied embeddings; entries that are not tensors are left out."""
     groups: dict[tuple[Any, ...], list[str]] = {}
     for name, t in weights.items():
+        if not isinstance(t, torch.Tensor):
+            continue
         view = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
         groups.setdefault(view, []).append(name)
     return {group[0]: group for group in groups.values()}

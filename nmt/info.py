@@ -127,16 +127,7 @@ def _vocab(state: dict[str, Any], path: Path) -> tuple[int, int]:
 def count_parameters(weights: dict[str, Any]) -> int:
     """Elements of the distinct tensors of a state dict: a tied matrix is one storage under several names
     (as the model saves it and checkpoint.average keeps it) and counts once."""
-    seen: set[tuple[Any, ...]] = set()
-    total = 0
-    for t in weights.values():
-        if not isinstance(t, torch.Tensor):
-            continue
-        view = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
-        if view not in seen:
-            seen.add(view)
-            total += t.numel()
-    return total
+    return sum(weights[name].numel() for name in checkpoint.tensors_by_storage(weights))
 
 
 def _dtype(weights: dict[str, Any]) -> str | None:

@@ -83,6 +83,7 @@ def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float, bias:
     grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=rows.device) if with_grad else None
     for start in range(0, rows.size(0), step):
         h, label = rows[start:start + step], labels[start:start + step]
+        h32 = h.float()  # the same tensor when h is fp32
         z = (h @ weight.t()).float()  # [n, V]
         if bias is not None:
             z += bias
@@ -93,18 +94,18 @@ def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float, bias:
         lse = m + s.log()
         chunk_nll = lse - label_z
         nll += chunk_nll.sum()
-        loss += (1.0 - epsilon) * chunk_nll.sum() + epsilon * (lse - h.float() @ mean_row - mean_bias).sum()
+        loss += (1.0 - epsilon) * chunk_nll.sum() + epsilon * (lse - h32 @ mean_row - mean_bias).sum()
         if with_grad:
             inv_s = s.reciprocal()[:, None]
             e = e.to(h.dtype)
             grad_rows[start:start + step] = ((e @ weight).float() * inv_s - (1.0 - epsilon) * weight[label].float()
                                              - epsilon * mean_row)
-            scaled_h = (h.float() * inv_s).to(h.dtype)
+            scaled_h = (h32 * inv_s).to(h.dtype)
             if h.dtype == torch.float32:
                 grad_weight.addmm_(e.t(), scaled_h)
             else:  # CPU has no mixed-dtype addmm: a low-precision product, summed in fp32
                 grad_weight += (e.t() @ scaled_h).float()
-            grad_weight.index_add_(0, label, h.float(), alpha=epsilon - 1.0)
+            grad_weight.index_add_(0, label, h32, alpha=epsilon - 1.0)
     if with_grad:
         grad_weight -= (epsilon / vocab) * rows.float().sum(dim=0)
     return loss, nll, grad_rows, grad_weight
