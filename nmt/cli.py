@@ -170,9 +170,13 @@ def translate(
     beam: Annotated[int | None, typer.Option(help="Beam size (1 = greedy).")] = None,
     nbest: Annotated[int | None, typer.Option(
         help="Print the K best translations of each input line, one per output line, as "
-             "'LINE_NO<TAB>text<TAB>score' (score: log-prob / GNMT length penalty, as the beam ranks them).")] = None,
-    length_penalty: Annotated[float | None, typer.Option(help="GNMT length penalty alpha.")] = None,
+             "'LINE_NO<TAB>text<TAB>score' (score: log-prob / length penalty, as the beam ranks them).")] = None,
+    length_penalty: Annotated[float | None, typer.Option(
+        help="Length penalty alpha (its form: decode.length_penalty_type, gnmt or average).")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Source tokens per batch.")] = None,
+    target_lang: Annotated[str | None, typer.Option(
+        help="Target language of a multilingual model: puts its code >>LANG<< (e.g. fra) before every line "
+             "(decode.prefix).")] = None,
     scores: Annotated[bool, typer.Option(
         "--scores", help="Append '<TAB>log-prob' (the sum of token log-probabilities, EOS included) to each "
                          "output line, n-best lines included.")] = False,
@@ -204,7 +208,8 @@ def translate(
     from nmt.translate import TranslateOptions, translate_file
 
     settings = _settings(overrides, **{"decode.beam": beam, "decode.nbest": nbest,
-                                       "decode.length_penalty": length_penalty, "decode.max_tokens": max_tokens})
+                                       "decode.length_penalty": length_penalty, "decode.max_tokens": max_tokens,
+                                       "decode.prefix": f">>{target_lang}<<" if target_lang else None})
     opts = TranslateOptions(
         checkpoint=checkpoint, device=device, dtype=dtype, threads=threads, quantize=quantize,
         scores=scores, attention_dir=attention, attention_layer=attention_layer, all_heads=all_heads,
@@ -256,6 +261,30 @@ def info(
     from nmt import info as command
 
     command.run(path, json_out=json_out)
+
+
+@app.command("import")
+@user_errors
+def import_(
+    source: Annotated[str, typer.Argument(
+        metavar="SOURCE", help="A directory written by MarianMTModel/MarianTokenizer.save_pretrained, or a "
+                               "Hugging Face hub name such as Helsinki-NLP/opus-mt-en-de (downloaded; needs "
+                               "nmt\\[pretrained]).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The nmt checkpoint to write.")],
+    src_lang: Annotated[str | None, typer.Option(
+        help="Source language code (default: the tokenizer config's source_lang).")] = None,
+    tgt_lang: Annotated[str | None, typer.Option(
+        help="Target language code (default: the tokenizer config's target_lang).")] = None,
+) -> None:
+    """Import a pretrained Marian / OPUS-MT model (Hugging Face format) as an nmt checkpoint.
+
+    The checkpoint holds the weights, the model's SentencePiece models and vocabulary, and generate()'s
+    search settings (beam, length penalty in its average form), so `translate`, `score`, `info`, `average`,
+    `prepare --tokenizer-from` and `train --init-from` take it like any other. Needs no transformers.
+    """
+    from nmt.marian import import_model
+
+    import_model(source, output, src_lang=src_lang, tgt_lang=tgt_lang)
 
 
 def main(args: list[str] | None = None) -> None:

@@ -43,6 +43,7 @@ class DataConfig:
     max_ratio: float = 3.0  # max len(longer)/len(shorter) in tokens (training pairs only)
     dedup: bool = False
     # SentencePiece
+    tokenizer_from: str | None = None  # a checkpoint whose tokenizer encodes the data (no SentencePiece training)
     vocab_size: int = 8000
     spm_type: str = "bpe"  # bpe | unigram
     joint_vocab: bool = True
@@ -127,13 +128,17 @@ class DecodeConfig:
     """Search settings for `nmt translate` (and greedy validation)."""
 
     beam: int = 4
-    length_penalty: float = 0.6  # GNMT alpha
+    length_penalty: float = 0.6  # alpha of the length penalty
+    # gnmt: logprob / ((5 + L) / 6) ** alpha (Wu et al. 2016) | average: logprob / L ** alpha (Hugging Face
+    # generate, Marian; alpha 1 = mean token log-prob). L = output tokens, EOS included
+    length_penalty_type: str = "gnmt"
     max_len_a: float = 1.0  # max target length = a * src_len + b
     max_len_b: int = 50
     max_tokens: int = 4096  # source tokens per translation batch
     chunk_lines: int = 2000  # lines read, sorted and translated together (bounds memory)
     nbest: int = 1
     max_input_tokens: int = 1000  # longer inputs are truncated with a warning
+    prefix: str | None = None  # a source vocabulary entry put before every line, e.g. >>fra<< (multilingual OPUS-MT)
 
 
 @dataclass
@@ -328,4 +333,5 @@ def validate_decode(d: DecodeConfig) -> None:
         (1 <= d.nbest <= d.beam, "decode.nbest must be between 1 and decode.beam"),
         (d.max_tokens > 0 and d.chunk_lines > 0, "decode.max_tokens/chunk_lines must be > 0"),
         (d.max_input_tokens > 0, "decode.max_input_tokens must be > 0"),
+        (d.length_penalty_type in ("gnmt", "average"), "decode.length_penalty_type must be gnmt|average"),
     ])

@@ -6,6 +6,8 @@ data/
   meta.json            languages, vocab sizes, special ids, splits with pair/token counts, filter
                        statistics, input checksums, options, fingerprint (written last)
   spm.model            joint SentencePiece model (spm.<src>.model + spm.<tgt>.model when separate)
+  vocab.json           only with an imported model's tokenizer (prepare --tokenizer-from): its vocabulary,
+                       pieces in id order (vocab.<src>.json + vocab.<tgt>.json when separate)
   train/ valid/ test/  Arrow datasets (memory-mapped): src_ids, tgt_ids, src_len, tgt_len
   valid.<lang> test.<lang>   cleaned raw text (BLEU references)
 ```
@@ -38,15 +40,30 @@ def spm_files(joint: bool, src_lang: str, tgt_lang: str) -> dict[str, str]:
     return {"src": f"spm.{src_lang}.model", "tgt": f"spm.{tgt_lang}.model"}
 
 
-def write_tokenizer(tokenizer: Tokenizer, directory: str | Path) -> dict[str, str]:
-    """Write the SentencePiece model file(s) into `directory`; returns their names (for meta.json)."""
+def vocab_files(joint: bool, src_lang: str, tgt_lang: str) -> dict[str, str]:
+    """An imported tokenizer's vocabulary file names: vocab.json if one, else vocab.<src>.json + vocab.<tgt>.json."""
+    if joint:
+        return {"src": "vocab.json", "tgt": "vocab.json"}
+    return {"src": f"vocab.{src_lang}.json", "tgt": f"vocab.{tgt_lang}.json"}
+
+
+def write_tokenizer(tokenizer: Tokenizer, directory: str | Path) -> dict[str, dict[str, str]]:
+    """Write the SentencePiece model file(s) and, for an imported tokenizer, its vocabulary file(s) into
+    `directory`; returns their names for meta.json: {"spm_files": {...}, "vocab_files": {...}} (the latter
+    only when there are vocabularies)."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    files = spm_files(tokenizer.joint, tokenizer.src_lang, tokenizer.tgt_lang)
     state = tokenizer.to_state()
-    (out / files["src"]).write_bytes(state["src_model"])
-    if not tokenizer.joint:
-        (out / files["tgt"]).write_bytes(state["tgt_model"] or b"")
+    langs = tokenizer.src_lang, tokenizer.tgt_lang
+    files = {"spm_files": spm_files(state["tgt_model"] is None, *langs)}
+    (out / files["spm_files"]["src"]).write_bytes(state["src_model"])
+    if state["tgt_model"] is not None:
+        (out / files["spm_files"]["tgt"]).write_bytes(state["tgt_model"])
+    if tokenizer.mapped:
+        files["vocab_files"] = vocab_files(tokenizer.joint, *langs)
+        for side in ("src", "tgt"):
+            vocab = state[f"{side}_vocab"] or state["src_vocab"]
+            atomic_write_text(out / files["vocab_files"][side], json.dumps(vocab, ensure_ascii=False) + "\n")
     return files
 
 
@@ -119,18 +136,38 @@ class DataDir:
             raise NmtError(f"cannot load {path}: {first_line(e)}; run `nmt prepare --force`") from None
 
     def tokenizer(self) -> Tokenizer:
-        """The SentencePiece model(s) the splits were encoded with."""
+        """The tokenizer the splits were encoded with: SentencePiece model(s), and the vocabularies of an
+        imported one."""
         meta = self.meta
         files = meta.get("spm_files") or spm_files(True, *self.langs)
-        models = []
-        for side in ("src", "tgt"):
-            path = self.path / files[side]
-            if not path.is_file():
-                raise NmtError(f"missing tokenizer model {path} (run `nmt prepare --force`)")
-            models.append(path.read_bytes())
-        joint = bool(meta.get("joint_vocab", files["src"] == files["tgt"]))
-        return Tokenizer(models[0], None if joint else models[1], src_lang=meta.get("src_lang", "src"),
-                         tgt_lang=meta.get("tgt_lang", "tgt"), normalize=(meta.get("options") or {}).get("normalize"))
+        models = [self._tokenizer_file(files[side], "tokenizer model").read_bytes() for side in ("src", "tgt")]
+        vocabs: list[list[str] | None] = [None, None]
+        if meta.get("vocab_files"):
+            vocabs = [self._vocab(meta["vocab_files"][side]) for side in ("src", "tgt")]
+            joint = meta["vocab_files"]["src"] == meta["vocab_files"]["tgt"]
+            tgt_model = None if files["src"] == files["tgt"] else models[1]
+        else:
+            joint = bool(meta.get("joint_vocab", files["src"] == files["tgt"]))
+            tgt_model = None if joint else models[1]
+        return Tokenizer(models[0], tgt_model, src_lang=meta.get("src_lang", "src"),
+                         tgt_lang=meta.get("tgt_lang", "tgt"), normalize=(meta.get("options") or {}).get("normalize"),
+                         src_vocab=vocabs[0], tgt_vocab=None if joint else vocabs[1])
+
+    def _tokenizer_file(self, name: str, what: str) -> Path:
+        path = self.path / name
+        if not path.is_file():
+            raise NmtError(f"missing {what} {path} (run `nmt prepare --force`)")
+        return path
+
+    def _vocab(self, name: str) -> list[str]:
+        path = self._tokenizer_file(name, "vocabulary")
+        try:
+            vocab = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise NmtError(f"{path} is corrupt ({type(e).__name__}); run `nmt prepare --force`") from None
+        if not isinstance(vocab, list) or not all(isinstance(piece, str) for piece in vocab):
+            raise NmtError(f"{path} is not a list of pieces; run `nmt prepare --force`")
+        return vocab
 
     def check_positions(self, max_positions: int) -> None:
         """Every train/valid sentence (+ EOS/BOS) must fit model.max_positions: else the first long batch
@@ -170,7 +207,7 @@ def existing_meta(path: Path) -> dict[str, Any] | None:
 
 def outputs(meta: dict[str, Any]) -> list[str]:
     """Names (relative to the data dir) a preparation consists of, meta.json excluded."""
-    names = list(dict.fromkeys((meta.get("spm_files") or {}).values()))
+    names = list(dict.fromkeys([*(meta.get("spm_files") or {}).values(), *(meta.get("vocab_files") or {}).values()]))
     for split in meta.get("splits") or {}:
         names.append(split)
         if split != "train":
@@ -181,7 +218,9 @@ def outputs(meta: dict[str, Any]) -> list[str]:
 def planned_outputs(src_lang: str, tgt_lang: str) -> list[str]:
     """Every name a preparation for these languages may write (to keep inputs from being overwritten)."""
     return [*dict.fromkeys([*spm_files(True, src_lang, tgt_lang).values(),
-                            *spm_files(False, src_lang, tgt_lang).values()]),
+                            *spm_files(False, src_lang, tgt_lang).values(),
+                            *vocab_files(True, src_lang, tgt_lang).values(),
+                            *vocab_files(False, src_lang, tgt_lang).values()]),
             META_FILE, *SPLITS, *(f"{s}.{lang}" for s in ("valid", "test") for lang in (src_lang, tgt_lang))]
 
 

@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +71,15 @@ def prepare(cfg: DataConfig, *, force: bool = False, progress: bool = True) -> d
         raise NmtError("no training data: data.train is not set (pass --train: a file prefix, a .tsv file, "
                        "or a datasets name/directory; or --demo)")
     validate_data(cfg)
+    given = _given_tokenizer(cfg)
+    if given is not None:  # text is cleaned as the tokenizer's own data was, whatever data.normalize says
+        cfg = replace(cfg, normalize=given.normalize)
     out = Path(cfg.dir)
     sources = {split: corpus.resolve(spec, cfg.src_lang, cfg.tgt_lang)
                for split, spec in _split_specs(cfg).items()}
     inputs = {key: value for source in sources.values() for key, value in source.checksums().items()}
+    if given is not None:
+        inputs["tokenizer"] = _sha256_json(given.fingerprint())
     options = {k: v for k, v in asdict(cfg).items() if k not in ("dir", "num_proc")}
     fingerprint = _sha256_json({"version": datadir.VERSION, "options": options, "inputs": inputs})
 
@@ -95,7 +100,7 @@ def prepare(cfg: DataConfig, *, force: bool = False, progress: bool = True) -> d
     tmp = Path(tempfile.mkdtemp(prefix=f"{datadir.TMP_PREFIX}{os.getpid()}-", dir=out))
     try:
         with _datasets_quiet():
-            meta = _build(cfg, sources, tmp, console, progress)
+            meta = _build(cfg, sources, tmp, console, progress, given)
         meta.update(inputs=inputs, options=options, fingerprint=fingerprint)
         datadir.install(out, tmp, meta, old)
     finally:
@@ -147,8 +152,24 @@ def _datasets_quiet() -> Iterator[None]:
 # ---------------------------------------------------------------- building
 
 
+def _given_tokenizer(cfg: DataConfig) -> Tokenizer | None:
+    """The tokenizer of the checkpoint named by data.tokenizer_from (fine-tuning data must be encoded with
+    the model's own vocabulary), or None: train SentencePiece."""
+    if not cfg.tokenizer_from:
+        return None
+    from nmt import checkpoint
+
+    tokenizer = Tokenizer.from_state(checkpoint.load(cfg.tokenizer_from)["tokenizer"])
+    langs = (tokenizer.src_lang, tokenizer.tgt_lang)
+    if langs != (cfg.src_lang, cfg.tgt_lang) and langs != ("src", "tgt"):
+        raise NmtError(f"{cfg.tokenizer_from} translates {langs[0]}->{langs[1]} but data.src_lang/tgt_lang are "
+                       f"{cfg.src_lang}->{cfg.tgt_lang}; pass --src-lang {langs[0]} --tgt-lang {langs[1]}")
+    tokenizer.src_lang, tokenizer.tgt_lang = cfg.src_lang, cfg.tgt_lang
+    return tokenizer
+
+
 def _build(cfg: DataConfig, sources: dict[str, corpus.Source], tmp: Path, console: Console,
-           progress: bool) -> dict[str, Any]:
+           progress: bool, given: Tokenizer | None) -> dict[str, Any]:
     # 1. read all splits first: a bad valid/test file fails before the slow SentencePiece step
     filters = corpus.PairFilter(max_len=cfg.max_len, max_ratio=cfg.max_ratio, dedup=cfg.dedup)
     raw = {split: _read_split(cfg, split, tmp, filters if split == "train" else None, progress)
@@ -160,15 +181,22 @@ def _build(cfg: DataConfig, sources: dict[str, corpus.Source], tmp: Path, consol
         raise NmtError(f"no training pairs left after filtering ({filters.counts['read']} read; "
                        f"{filters.summary()})")
 
-    # 2. SentencePiece
+    # 2. SentencePiece (unless the data is for a model that has its tokenizer)
     started = time.perf_counter()
-    with progress_bar("sentences", enabled=progress) as bar:
-        tokenizer = _train_tokenizer(cfg, raw["train"], bar)
-    _return_freed_memory()
-    spm_files = datadir.write_tokenizer(tokenizer, tmp)
-    kind = "joint" if cfg.joint_vocab else "separate"
-    console.print(f"SentencePiece {cfg.spm_type} ({kind}) vocab {tokenizer.src_vocab_size}/"
-                  f"{tokenizer.tgt_vocab_size} trained in {time.perf_counter() - started:.1f}s")
+    if given is None:
+        with progress_bar("sentences", enabled=progress) as bar:
+            tokenizer = _train_tokenizer(cfg, raw["train"], bar)
+        _return_freed_memory()
+    else:
+        tokenizer = given
+    tokenizer_files = datadir.write_tokenizer(tokenizer, tmp)
+    kind = "joint" if tokenizer.joint else "separate"
+    if given is None:
+        console.print(f"SentencePiece {cfg.spm_type} ({kind}) vocab {tokenizer.src_vocab_size}/"
+                      f"{tokenizer.tgt_vocab_size} trained in {time.perf_counter() - started:.1f}s")
+    else:
+        console.print(f"encoding with the tokenizer of {cfg.tokenizer_from} ({kind}, vocab "
+                      f"{tokenizer.src_vocab_size}/{tokenizer.tgt_vocab_size})")
 
     # 3. encode, length-filter train, save
     splits = {}
@@ -197,9 +225,10 @@ def _build(cfg: DataConfig, sources: dict[str, corpus.Source], tmp: Path, consol
 
     return {
         "version": datadir.VERSION, "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang,
-        "joint_vocab": cfg.joint_vocab, "spm_type": cfg.spm_type,
+        "joint_vocab": tokenizer.joint, "spm_type": cfg.spm_type if given is None else None,
+        "tokenizer_from": cfg.tokenizer_from,
         "src_vocab_size": tokenizer.src_vocab_size, "tgt_vocab_size": tokenizer.tgt_vocab_size,
-        "special_ids": asdict(tokenizer.special_ids), "spm_files": spm_files, "splits": splits,
+        "special_ids": asdict(tokenizer.special_ids), **tokenizer_files, "splits": splits,
         "filters": {name: filters.counts[name] for name in (*corpus.FILTERS, "kept", "read")},
     }
 

@@ -25,7 +25,7 @@ from torch import Tensor
 @dataclass
 class Hypothesis:
     tokens: list[int]  # output ids, without BOS and EOS
-    score: float  # logprob / GNMT length penalty: what hypotheses are ranked by
+    score: float  # logprob / length penalty: what hypotheses are ranked by
     logprob: float  # sum of the token log-probabilities, EOS included
     # Only when asked: float32 [len(tokens) + 1, src_len] on CPU, the cross-attention of decoder layer
     # `attention_layer` (default: the last) averaged over heads; row i is the step that produced output
@@ -33,9 +33,21 @@ class Hypothesis:
     attention: Tensor | None = None
 
 
-def length_normalized(logprob: float, length: int, alpha: float) -> float:
-    """GNMT score (Wu et al. 2016): logprob / ((5 + length) / 6) ** alpha, length counting EOS."""
-    return logprob / ((5.0 + length) / 6.0) ** alpha
+LENGTH_PENALTIES = ("gnmt", "average")
+
+
+def length_penalty_divisor(length: int, alpha: float, kind: str = "gnmt") -> float:
+    """What a hypothesis's log-probability is divided by; `length` counts its tokens, EOS included.
+    gnmt (Wu et al. 2016): ((5 + length) / 6) ** alpha. average: length ** alpha, the form of Hugging Face
+    `generate` and Marian (alpha = 1: the mean token log-probability)."""
+    if kind == "average":
+        return float(length) ** alpha
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def length_normalized(logprob: float, length: int, alpha: float, kind: str = "gnmt") -> float:
+    """A hypothesis's score: logprob / length_penalty_divisor(length, alpha, kind)."""
+    return logprob / length_penalty_divisor(length, alpha, kind)
 
 
 def max_lengths(model, src: Tensor, pad: int, max_len_a: float, max_len_b: int) -> Tensor:
@@ -69,8 +81,8 @@ def _step_attention(attention: Tensor | None, layer: int) -> Tensor | None:
 @torch.no_grad()
 def greedy_search(model, src: Tensor, *, bos: int, eos: int, pad: int, max_len_a: float = 1.0,
                   max_len_b: int = 50, need_attention: bool = False, attention_layer: int = -1,
-                  length_penalty: float = 0.6) -> list[list[Hypothesis]]:
-    """The most likely token at every step; one Hypothesis per sentence. `length_penalty` only sets
+                  length_penalty: float = 0.6, length_penalty_type: str = "gnmt") -> list[list[Hypothesis]]:
+    """The most likely token at every step; one Hypothesis per sentence. The length penalty only sets
     Hypothesis.score, so that it matches beam_search(beam=1)."""
     B, S = src.shape
     if B == 0:
@@ -106,7 +118,7 @@ def greedy_search(model, src: Tensor, *, bos: int, eos: int, pad: int, max_len_a
     return [
         [Hypothesis(
             tokens=out_l[i][: len_l[i]],
-            score=length_normalized(lp_l[i], len_l[i] + 1, length_penalty),
+            score=length_normalized(lp_l[i], len_l[i] + 1, length_penalty, length_penalty_type),
             logprob=lp_l[i],
             attention=attn[i, : len_l[i] + 1, : src_len[i]].clone() if attn is not None else None,
         )]
@@ -142,18 +154,19 @@ class Finished:
     """Each sentence's finished hypotheses: its best `beam` (best first) and, once it has that many, the
     score a new one has to beat (`worst` [B], -inf before)."""
 
-    def __init__(self, sentences: int, beam: int, alpha: float, src_len: list[int], device: torch.device):
+    def __init__(self, sentences: int, beam: int, alpha: float, kind: str, src_len: list[int], device: torch.device):
         self.hypotheses: list[list[Hypothesis]] = [[] for _ in range(sentences)]
         self.worst = torch.full((sentences,), float("-inf"), device=device)
-        self.beam, self.alpha, self.src_len = beam, alpha, src_len
+        self.beam, self.alpha, self.kind, self.src_len = beam, alpha, kind, src_len
 
     def add(self, sentences: list[int], logprobs: list[float], prefixes: list[list[int]],
             attention: Tensor | None) -> None:
         """Hypotheses ending (with EOS) at this step: their prefixes, total log-probabilities and, when
         wanted, attention [n, len + 1, S] (CPU)."""
         for i, (s, logprob, prefix) in enumerate(zip(sentences, logprobs, prefixes, strict=True)):
+            score = length_normalized(logprob, len(prefix) + 1, self.alpha, self.kind)
             self.hypotheses[s].append(Hypothesis(
-                tokens=prefix, score=length_normalized(logprob, len(prefix) + 1, self.alpha), logprob=logprob,
+                tokens=prefix, score=score, logprob=logprob,
                 attention=attention[i, :, : self.src_len[s]].clone() if attention is not None else None,
             ))
         for s in set(sentences):
@@ -165,12 +178,12 @@ class Finished:
 @torch.no_grad()
 def beam_search(model, src: Tensor, *, bos: int, eos: int, pad: int, beam: int = 4, length_penalty: float = 0.6,
                 max_len_a: float = 1.0, max_len_b: int = 50, nbest: int = 1, need_attention: bool = False,
-                attention_layer: int = -1) -> list[list[Hypothesis]]:
+                attention_layer: int = -1, length_penalty_type: str = "gnmt") -> list[list[Hypothesis]]:
     """Batched beam search; per sentence the `nbest` best finished hypotheses, best first.
 
     Each step scores beam x V continuations per sentence by cumulative log-probability and keeps the
     best 2*beam (`best_continuations`). EOS candidates among the top `beam` become finished hypotheses,
-    scored with the GNMT length penalty; the best `beam` non-EOS candidates continue. Early stop: a
+    scored with the length penalty (`length_penalty_type`); the best `beam` non-EOS candidates continue. Early stop: a
     sentence is done once it has `beam` finished hypotheses and its best active beam, scored at its
     current length, cannot beat the worst of them (fairseq stops at `beam` finished alone, which with a
     confident model lets junk beams that end early crowd out the real translation), or when it reaches
@@ -194,7 +207,7 @@ def beam_search(model, src: Tensor, *, bos: int, eos: int, pad: int, beam: int =
     tokens = src.new_full((B,), bos)
     history = src.new_full((B, T + 1), pad)  # tokens emitted so far by each row
     attn = torch.zeros(B, T + 1, S, device=device) if need_attention else None
-    finished = Finished(B, K, length_penalty, src.ne(pad).sum(dim=1).tolist(), device)
+    finished = Finished(B, K, length_penalty, length_penalty_type, src.ne(pad).sum(dim=1).tolist(), device)
 
     for t in range(T + 1):
         beams = 1 if t == 0 else K  # rows per sentence at this step
@@ -218,7 +231,8 @@ def beam_search(model, src: Tensor, *, bos: int, eos: int, pad: int, beam: int =
 
         # The best K non-EOS candidates of each sentence (a stable sort keeps their rank order).
         continuing = is_eos.to(torch.int8).sort(dim=1, stable=True).indices[:, :K]
-        best_active = top.scores.gather(1, continuing[:, :1]).squeeze(1) / ((5.0 + t + 1) / 6.0) ** length_penalty
+        best_active = top.scores.gather(1, continuing[:, :1]).squeeze(1) / length_penalty_divisor(
+            t + 1, length_penalty, length_penalty_type)
         worst = finished.worst[sentence]
         done = at_limit | (worst.isfinite() & worst.ge(best_active))
         if bool(done.all()):

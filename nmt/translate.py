@@ -102,12 +102,24 @@ class Translator:
         self.model = load_model(state, self.tokenizer, self.device, DTYPES[dtype])
         if quantize is not None:
             self._quantize(quantize)
+        self.prefix = self._prefix_id(decode.prefix)
         self.max_src = min(decode.max_input_tokens, self.model.max_positions - 1)
         layers = config_from_dict(state["config"]).model.decoder_layers
         if not -layers <= attention_layer < layers:
             raise NmtError(f"--attention-layer {attention_layer} out of range: the model has {layers} decoder layers")
         self.attention_layer = attention_layer
         self.warn = lambda message: console.print(f"[yellow]warning:[/yellow] {message}")
+
+    def _prefix_id(self, prefix: str | None) -> list[int]:
+        """decode.prefix as the ids put before every source line: one vocabulary entry, never cut into pieces."""
+        if not prefix:
+            return []
+        i = self.tokenizer.src_piece_id(prefix)
+        if i is None:
+            codes = self.tokenizer.language_codes()
+            known = f" (its language codes: {', '.join(codes)})" if codes else " (it has no language codes)"
+            raise NmtError(f"decode.prefix '{prefix}' is not in the model's source vocabulary{known}")
+        return [i]
 
     def _quantize(self, kind: str) -> None:
         if kind != "int8":
@@ -130,22 +142,23 @@ class Translator:
         d, ids = self.decode, self.special
         common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, bos=ids.bos, eos=ids.eos, pad=ids.pad,
                       need_attention=need_attention, attention_layer=self.attention_layer)
+        penalty = dict(length_penalty=d.length_penalty, length_penalty_type=d.length_penalty_type)
         if d.beam == 1:
-            return greedy_search(self.model, src, length_penalty=d.length_penalty, **common)
-        return beam_search(self.model, src, beam=d.beam, length_penalty=d.length_penalty, nbest=d.nbest, **common)
+            return greedy_search(self.model, src, **penalty, **common)
+        return beam_search(self.model, src, beam=d.beam, nbest=d.nbest, **penalty, **common)
 
     @torch.inference_mode()
     def translate_chunk(self, lines: list[str], *, first_line: int = 1,
                         need_attention: bool = False) -> list[Translation]:
         """Translate a list of lines; results come back in input order."""
         sources = list(lines)
-        ids = self.tokenizer.encode_src(sources)  # cleans and normalizes like the training data
+        ids = [self.prefix + seq for seq in self.tokenizer.encode_src(sources)]  # cleaned like the training data
         for i, seq in enumerate(ids):
             if len(seq) > self.max_src:
                 self.warn(f"input line {first_line + i}: {len(seq)} tokens, truncated to {self.max_src}")
                 ids[i] = seq[: self.max_src]
         results = [Translation(s, seq, [], [""]) for s, seq in zip(sources, ids)]
-        todo = [i for i, seq in enumerate(ids) if seq]
+        todo = [i for i, seq in enumerate(ids) if len(seq) > len(self.prefix)]  # an empty line stays empty
         if not todo:
             return results
         for positions, batch in source_batches([ids[i] for i in todo], self.decode.max_tokens, self.special):

@@ -11,7 +11,7 @@ from pathlib import Path
 NMT = Path(__file__).resolve().parents[1] / "nmt"
 MODULES = sorted(p.stem for p in NMT.glob("*.py"))
 CLI = {"cli", "__main__"}
-COMMANDS = {"prepare", "train", "translate", "info"}  # the commands: orchestrate the core, never each other
+COMMANDS = {"prepare", "train", "translate", "info", "marian"}  # the commands: orchestrate the core, never each other
 # the core of the core: they know nothing of files, configs or tokenizers (nmt modules they may import)
 TORCH_ONLY = {"model": {"decoding"}, "decoding": set(), "search": set()}
 

@@ -141,6 +141,24 @@ def test_length_penalty_reorders_hypotheses():
     assert length_normalized(-6.0, 7, 0.0) == -6.0
 
 
+def test_average_length_penalty_is_generates_form():
+    """average: logprob / L ** alpha (Hugging Face generate), for ranking and for the early stop. [B] has
+    log 0.5 over 2 tokens, [A C] log 0.4 over 3: with alpha 1 each form ranks them its own way."""
+    assert length_normalized(-6.0, 3, 1.0, "average") == pytest.approx(-2.0)
+    assert length_normalized(-8.0, 4, 0.5, "average") == pytest.approx(-4.0)
+    model = TableModel({(): {A: 0.5, B_: 0.5}, (A,): {C: 0.8, D: 0.2}, (A, C): {EOS: 1.0}, (B_,): {EOS: 1.0}},
+                       default={EOS: 1.0})
+    src = torch.tensor([[A, EOS]])
+    gnmt = beam_search(model, src, beam=2, nbest=2, length_penalty=1.0)[0]
+    average = beam_search(model, src, beam=2, nbest=2, length_penalty=1.0, length_penalty_type="average")[0]
+    assert [h.tokens for h in gnmt] == [[B_], [A, C]]
+    assert [h.tokens for h in average] == [[A, C], [B_]]
+    for h in average:
+        assert h.score == pytest.approx(h.logprob / (len(h.tokens) + 1))
+    greedy = greedy_search(model, src, length_penalty=1.0, length_penalty_type="average")[0][0]
+    assert greedy.score == pytest.approx(greedy.logprob / (len(greedy.tokens) + 1))
+
+
 def test_forced_eos_at_max_length_per_sentence():
     # EOS is never among the 4 best candidates, so only the length limit ends a hypothesis.
     never_eos = TableModel({}, default={A: 0.25, B_: 0.25, C: 0.25, D: 0.25, EOS: 1e-9})

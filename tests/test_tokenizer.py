@@ -86,7 +86,8 @@ def test_state_survives_torch_weights_only(joint):
 
 def test_save_and_load_data_dir(tmp_path, separate):
     files = write_tokenizer(separate, tmp_path)
-    meta = {"version": 1, "src_lang": "en", "tgt_lang": "de", "joint_vocab": False, "spm_files": files,
+    assert files == {"spm_files": {"src": "spm.en.model", "tgt": "spm.de.model"}}
+    meta = {"version": 1, "src_lang": "en", "tgt_lang": "de", "joint_vocab": False, **files,
             "options": {"normalize": "NFKC"}}
     (tmp_path / "meta.json").write_text(json.dumps(meta))
     loaded = DataDir.open(tmp_path).tokenizer()

@@ -1,0 +1,313 @@
+"""`nmt import` of Hugging Face Marian (OPUS-MT) models, checked against `transformers` itself.
+
+No hub here: the test builds a small MarianMTModel (swish, sin/cos halves, scale_embedding, a non-zero
+final_logits_bias, Marian's vocabulary order with <pad> last) and its MarianTokenizer (SentencePiece
+models trained here), trains it for a few hundred updates on the demo corpus so that it stops its
+translations by itself, and saves both with save_pretrained. Variants with separate vocabularies and
+with target-language codes are the same function under other ids, built from its weights.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+import sentencepiece as spm  # noqa: E402
+
+from nmt import checkpoint  # noqa: E402
+from nmt.config import DecodeConfig  # noqa: E402
+from nmt.demo import write_demo  # noqa: E402
+from nmt.errors import NmtError  # noqa: E402
+from nmt.marian import import_model  # noqa: E402
+from nmt.translate import Translator  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")  # MarianTokenizer's
+ROOT = Path(__file__).resolve().parents[1]
+MAX_NEW = 100  # generate's max_new_tokens; nmt: 99 tokens + EOS
+CODES = (">>deu<<", ">>fra<<")
+
+
+def train_spm(lines: list[str], size: int) -> bytes:
+    out = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=out, vocab_size=size,
+                                   minloglevel=2)  # SentencePiece's own ids: Marian's are in vocab.json
+    return out.getvalue()
+
+
+def spm_pieces(model: bytes) -> list[str]:
+    p = spm.SentencePieceProcessor()
+    p.LoadFromSerializedProto(model)
+    return [p.id_to_piece(i) for i in range(p.get_piece_size()) if not (p.is_control(i) or p.is_unknown(i))]
+
+
+def marian_config(src_size: int, tgt_size: int, pad: int, shared: bool):
+    return transformers.MarianConfig(
+        vocab_size=src_size, decoder_vocab_size=tgt_size, d_model=32, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+        activation_function="swish", scale_embedding=True, pad_token_id=pad, eos_token_id=0,
+        decoder_start_token_id=pad, forced_eos_token_id=0, max_position_embeddings=128,
+        share_encoder_decoder_embeddings=shared)
+
+
+def save(directory: Path, model, src_spm: bytes, tgt_spm: bytes, vocab: list[str],
+         tgt_vocab: list[str] | None = None):
+    """save_pretrained of the model and of a MarianTokenizer over these files; returns the tokenizer."""
+    directory.mkdir(parents=True)
+    files = directory / "in"
+    files.mkdir()
+    (files / "source.spm").write_bytes(src_spm)
+    (files / "target.spm").write_bytes(tgt_spm)
+    (files / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(vocab)}))
+    extra = {}
+    if tgt_vocab is not None:
+        (files / "target_vocab.json").write_text(json.dumps({p: i for i, p in enumerate(tgt_vocab)}))
+        extra = dict(target_vocab_file=str(files / "target_vocab.json"), separate_vocabs=True)
+    tok = transformers.MarianTokenizer(str(files / "source.spm"), str(files / "target.spm"), str(files / "vocab.json"),
+                                       **extra)
+    tok.punc_normalizer = lambda text: text  # Moses punctuation normalization only if sacremoses is installed
+    model.generation_config.bad_words_ids = [[model.config.pad_token_id]]  # as OPUS-MT's generation config
+    model.save_pretrained(directory / "hf")
+    tok.save_pretrained(directory / "hf")
+    return tok
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """The trained shared-vocabulary model: (dir, model, tokenizer, vocab, spms, test lines)."""
+    root = tmp_path_factory.mktemp("marian")
+    raw = write_demo(root / "raw", seed=1)
+    pairs = [(e, g) for e, g in zip(Path(raw["train"] + ".en").read_text(encoding="utf-8").splitlines(),
+                                    Path(raw["train"] + ".de").read_text(encoding="utf-8").splitlines())
+             if len(e) <= 40]
+    en, de = [e for e, _ in pairs], [g for _, g in pairs]
+    src_spm, tgt_spm = train_spm(en[:3000], 200), train_spm(de[:3000], 200)
+    vocab = ["</s>", "<unk>", *dict.fromkeys(spm_pieces(src_spm) + spm_pieces(tgt_spm)), "<pad>"]
+    torch.manual_seed(0)
+    model = transformers.MarianMTModel(marian_config(len(vocab), len(vocab), len(vocab) - 1, True))
+    tok = save(root / "base", model, src_spm, tgt_spm, vocab)
+    _train(model, tok, en[:-200], de[:-200])
+    with torch.no_grad():
+        model.final_logits_bias.normal_(0, 0.1, generator=torch.Generator().manual_seed(1))
+    model.save_pretrained(root / "base" / "hf")
+    return {"dir": root / "base" / "hf", "model": model, "tok": tok, "vocab": vocab, "spm": (src_spm, tgt_spm),
+            "lines": en[-200:], "root": root}
+
+
+def _train(model, tok, en: list[str], de: list[str], steps: int = 200, batch: int = 64) -> None:
+    """A few hundred updates: enough for translations that end with EOS before the length limit."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    model.train()
+    for step in range(steps):
+        i = (step * batch) % (len(en) - batch)
+        inputs = tok(en[i:i + batch], text_target=de[i:i + batch], return_tensors="pt", padding=True)
+        inputs["labels"][inputs["labels"] == model.config.pad_token_id] = -100
+        loss = model(**inputs).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+
+
+def variant(base: dict, name: str, src_vocab: list[str], tgt_vocab: list[str] | None):
+    """The base model's function under other vocabularies: each embedding row (and logits bias entry) follows
+    its piece; pieces the base lacks (language codes) get fixed random rows."""
+    old = {p: i for i, p in enumerate(base["vocab"])}
+    weights = base["model"].state_dict()
+    shared, bias = weights["model.shared.weight"], weights["final_logits_bias"][0]
+    g = torch.Generator().manual_seed(2)
+
+    def rows(vocab: list[str]) -> torch.Tensor:
+        return torch.stack([shared[old[p]] if p in old else torch.randn(shared.shape[1], generator=g) * 0.3
+                            for p in vocab])
+
+    tgt = tgt_vocab or src_vocab
+    model = transformers.MarianMTModel(marian_config(len(src_vocab), len(tgt), src_vocab.index("<pad>"),
+                                                     tgt_vocab is None))
+    new = {k: v for k, v in weights.items() if "embed_tokens" not in k and "shared" not in k and k != "lm_head.weight"}
+    new["final_logits_bias"] = torch.stack([bias[old[p]] if p in old else torch.tensor(-1.0) for p in tgt])[None]
+    if tgt_vocab is None:
+        new["model.shared.weight"] = rows(src_vocab)
+    else:
+        new["model.encoder.embed_tokens.weight"] = rows(src_vocab)
+        new["model.decoder.embed_tokens.weight"] = rows(tgt)
+    model.load_state_dict(new, strict=False)
+    model.tie_weights()
+    model.eval()
+    tok = save(base["root"] / name, model, *base["spm"], src_vocab, tgt_vocab)
+    return base["root"] / name / "hf", model, tok
+
+
+def hf_translate(model, tok, lines: list[str], beam: int) -> tuple[list[str], list[bool]]:
+    """generate()'s translations, and whether each ended before max_new_tokens."""
+    inputs = tok(lines, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**inputs, num_beams=beam, do_sample=False, max_new_tokens=MAX_NEW, length_penalty=1.0,
+                             early_stopping=False)
+    ended = (out[:, 1:] != model.config.pad_token_id).sum(1) < MAX_NEW
+    return tok.batch_decode(out, skip_special_tokens=True), ended.tolist()
+
+
+def nmt_translate(path: Path, lines: list[str], beam: int, **decode) -> list[str]:
+    settings = DecodeConfig(beam=beam, max_len_a=0.0, max_len_b=MAX_NEW - 1, length_penalty=1.0,
+                            length_penalty_type="average", **decode)
+    translator = Translator(checkpoint.load(path), settings, dtype="fp32")
+    return [r.text[0] for r in translator.translate_chunk(lines)]
+
+
+def assert_same_as_hf(path: Path, model, tok, lines: list[str], **decode) -> None:
+    """Greedy: identical strings. Beam 4 with generate's length penalty: identical wherever generate ended
+    the translation itself. At its length limit generate forces EOS with log-probability 0, nmt (like
+    fairseq) with EOS's real log-probability, so hypotheses cut off there rank differently."""
+    hf_lines = [f"{decode['prefix']} {line}" for line in lines] if decode.get("prefix") else lines
+    greedy, _ = hf_translate(model, tok, hf_lines, 1)
+    assert nmt_translate(path, lines, 1, **decode) == greedy
+    beam, ended = hf_translate(model, tok, hf_lines, 4)
+    ours = nmt_translate(path, lines, 4, **decode)
+    assert sum(ended) >= 180, "the test model should end most translations itself"
+    assert [o for o, e in zip(ours, ended) if e] == [b for b, e in zip(beam, ended) if e]
+    assert len(set(ours)) > 100  # real, varied translations, not one string repeated
+
+
+def test_imported_model_computes_hf_logits(base, tmp_path):
+    out = import_model(str(base["dir"]), tmp_path / "m.pt")
+    state = checkpoint.load(out)
+    assert state["config"]["model"]["activation"] == "swish" and state["config"]["model"]["position_layout"] == "halves"
+    assert state["config"]["decode"]["length_penalty_type"] == "average"
+    translator = Translator(state, DecodeConfig(), dtype="fp32")
+    inputs = base["tok"](base["lines"][:16], return_tensors="pt", padding=True)
+    assert translator.tokenizer.encode_src(base["lines"][:16]) == [
+        [i for i in ids if i != base["model"].config.pad_token_id][:-1] for ids in inputs["input_ids"].tolist()]
+    pad = base["model"].config.pad_token_id
+    decoder_in = torch.cat([torch.full((16, 1), pad), inputs["input_ids"][:, :6]], dim=1)  # starts from <pad>
+    with torch.no_grad():
+        expected = base["model"](**inputs, decoder_input_ids=decoder_in).logits
+        ours = translator.model(inputs["input_ids"], decoder_in)
+    assert expected.abs().max() > 1.0  # the logits bias and trained weights at work
+    torch.testing.assert_close(ours, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_greedy_and_beam_translations_equal_hf_generate(base, tmp_path):
+    out = import_model(str(base["dir"]), tmp_path / "m.pt")
+    assert_same_as_hf(out, base["model"], base["tok"], base["lines"])
+
+
+def test_separate_vocabularies(base, tmp_path):
+    """Source and target ids in two different orders (<pad> last in both, as config.json has one pad id)."""
+    pieces = base["vocab"][:-1]
+    src_vocab = [*pieces[:2], *reversed(pieces[2:]), "<pad>"]
+    tgt_vocab = [*pieces[:2], *pieces[3::2], *pieces[2::2], "<pad>"]
+    directory, model, tok = variant(base, "separate", src_vocab, tgt_vocab)
+    out = import_model(str(directory), tmp_path / "m.pt")
+    state = checkpoint.load(out)
+    assert state["tokenizer"]["tgt_vocab"] == tgt_vocab and not Translator(state, DecodeConfig()).tokenizer.joint
+    assert_same_as_hf(out, model, tok, base["lines"])
+
+
+def test_target_language_prefix(base, tmp_path):
+    vocab = [*base["vocab"][:2], *CODES, *base["vocab"][2:]]
+    directory, model, tok = variant(base, "multilingual", vocab, None)
+    out = import_model(str(directory), tmp_path / "m.pt")
+    assert_same_as_hf(out, model, tok, base["lines"], prefix=">>fra<<")
+    typed = nmt_translate(out, [f">>fra<< {line}" for line in base["lines"][:20]], 1)  # the code in the text
+    assert typed == nmt_translate(out, base["lines"][:20], 1, prefix=">>fra<<")
+    assert typed != nmt_translate(out, base["lines"][:20], 1, prefix=">>deu<<")
+    with pytest.raises(NmtError, match=r">>xx<<.*not in the model's source vocabulary.*>>deu<<, >>fra<<"):
+        nmt_translate(out, ["x"], 1, prefix=">>xx<<")
+
+
+def nmt_cli(*args: str, stdin: bytes | None = None, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nmt", *args], input=stdin, capture_output=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env})
+
+
+def test_cli_import_then_translate_and_info(base, tmp_path):
+    ckpt = tmp_path / "opus.pt"
+    proc = nmt_cli("import", str(base["dir"]), "-o", str(ckpt), "--src-lang", "en", "--tgt-lang", "de")
+    assert proc.returncode == 0, proc.stderr.decode()
+    lines = base["lines"][:20]
+    proc = nmt_cli("translate", "--checkpoint", str(ckpt), "--beam", "1", "--dtype", "fp32", "--no-progress",
+                   "--set", "decode.max_len_a=0", "--set", f"decode.max_len_b={MAX_NEW - 1}",
+                   stdin="\n".join(lines).encode() + b"\n")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode().splitlines() == hf_translate(base["model"], base["tok"], lines, 1)[0]
+    info = nmt_cli("info", str(ckpt), "--json")
+    assert info.returncode == 0, info.stderr.decode()
+    model = json.loads(info.stdout)["model"]
+    assert model["activation"] == "swish" and model["position_layout"] == "halves"
+
+
+def broken_copy(base: dict, tmp_path: Path) -> Path:
+    directory = tmp_path / "copy"
+    directory.mkdir()
+    for f in base["dir"].iterdir():
+        (directory / f.name).write_bytes(f.read_bytes())
+    return directory
+
+
+def edit_json(path: Path, **changes) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "source.spm").unlink(), r"missing source\.spm"),
+    (lambda d: (d / "model.safetensors").unlink(), r"missing model weights"),
+    (lambda d: edit_json(d / "config.json", model_type="bart"), r"config\.json: model_type 'bart' is not a Marian"),
+    (lambda d: edit_json(d / "config.json", normalize_before=True), r"normalize_before=True is not supported"),
+    (lambda d: edit_json(d / "config.json", activation_function="gelu_fast"), r"activation_function='gelu_fast'"),
+    (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:5000]),
+     r"model\.safetensors: corrupt or unreadable weights"),
+    (lambda d: edit_json(d / "vocab.json", **{"▁extra": len(json.loads((d / "vocab.json").read_text()))}),
+     r"vocab\.json has \d+ entries but the weights' embedding has \d+ rows"),
+    (lambda d: edit_json(d / "vocab.json", **{"▁a": 10_000}), r"vocab\.json: ids must be"),
+])
+def test_bad_inputs_are_one_line_errors_naming_the_file(base, tmp_path, damage, message):
+    directory = broken_copy(base, tmp_path)
+    damage(directory)
+    with pytest.raises(NmtError, match=message):
+        import_model(str(directory), tmp_path / "m.pt")
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_cli_error_is_one_line(base, tmp_path):
+    directory = broken_copy(base, tmp_path)
+    edit_json(directory / "config.json", model_type="t5")
+    proc = nmt_cli("import", str(directory), "-o", str(tmp_path / "m.pt"))
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "Traceback" not in err
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        f"error: {directory / 'config.json'}: model_type 't5' is not a Marian model (nmt imports MarianMTModel / "
+        "OPUS-MT checkpoints)"]
+
+
+def test_hub_names_download_through_huggingface_hub(base, tmp_path, monkeypatch):
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    asked = {}
+
+    def snapshot_download(name, allow_patterns):
+        asked.update(name=name, patterns=allow_patterns)
+        return str(base["dir"])
+
+    monkeypatch.setattr(huggingface_hub, "list_repo_files", lambda name: ["model.safetensors", "pytorch_model.bin"])
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    out = import_model("Helsinki-NLP/opus-mt-en-de", tmp_path / "m.pt")
+    assert checkpoint.load(out)["imported_from"] == "Helsinki-NLP/opus-mt-en-de"
+    assert asked["name"] == "Helsinki-NLP/opus-mt-en-de"
+    assert "model.safetensors" in asked["patterns"] and "pytorch_model.bin" not in asked["patterns"]
+
+
+def test_offline_hub_name_is_one_line_error(tmp_path):
+    proc = nmt_cli("import", "Helsinki-NLP/opus-mt-en-de", "-o", str(tmp_path / "m.pt"), HF_HUB_OFFLINE="1")
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "cannot download Helsinki-NLP/opus-mt-en-de from the Hugging Face hub" in errors[0]
+    proc = nmt_cli("import", str(tmp_path / "nowhere"), "-o", str(tmp_path / "m.pt"))
+    assert "not a directory saved by save_pretrained" in proc.stderr.decode()
