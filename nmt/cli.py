@@ -98,6 +98,9 @@ def prepare(
     data_dir: Annotated[str | None, typer.Option("--data-dir", "-o", help="Output data dir (data.dir).")] = None,
     vocab_size: Annotated[int | None, typer.Option(help="SentencePiece vocabulary size.")] = None,
     num_proc: Annotated[int | None, typer.Option(help="Processes for encoding.")] = None,
+    tokenizer_from: Annotated[str | None, typer.Option(
+        help="Encode with this checkpoint's tokenizer instead of training SentencePiece: data to fine-tune that "
+             "model on (train --init-from), e.g. one made by `nmt import` (data.tokenizer_from).")] = None,
     demo: Annotated[bool, typer.Option(
         "--demo", help="Generate the built-in English->German numbers/dates corpus and prepare it.")] = False,
     force: Annotated[bool, typer.Option(help="Overwrite a data dir that holds a different preparation.")] = False,
@@ -112,6 +115,7 @@ def prepare(
     cfg = _config(config, _settings(overrides, **{
         "data.train": train, "data.valid": valid, "data.test": test, "data.src_lang": src_lang,
         "data.tgt_lang": tgt_lang, "data.dir": data_dir, "data.vocab_size": vocab_size, "data.num_proc": num_proc,
+        "data.tokenizer_from": tokenizer_from,
     }))
     command.run(cfg, demo=demo, force=force, progress=progress)
 
@@ -123,6 +127,10 @@ def train(
     overrides: SetOpt = None,
     data_dir: Annotated[str | None, typer.Option(help="Prepared data dir (data.dir).")] = None,
     run_dir: Annotated[str | None, typer.Option(help="Where checkpoints and logs go (train.run_dir).")] = None,
+    init_from: Annotated[str | None, typer.Option(
+        help="Fine-tune: start from this checkpoint's weights and model config (e.g. one made by `nmt import`) "
+             "with a fresh optimizer and schedule; the data must be prepared with --tokenizer-from it "
+             "(train.init_from).")] = None,
     force: Annotated[bool, typer.Option(
         help="Start over in a run dir that holds another experiment (deletes its checkpoints).")] = False,
     progress: Annotated[bool | None, typer.Option(
@@ -134,7 +142,8 @@ def train(
     """
     from nmt import train as command
 
-    cfg = _config(config, _settings(overrides, **{"data.dir": data_dir, "train.run_dir": run_dir}))
+    cfg = _config(config, _settings(overrides, **{"data.dir": data_dir, "train.run_dir": run_dir,
+                                                  "train.init_from": init_from}))
     try:
         command.run(cfg, force=force, progress=progress)
     except BrokenPipeError:  # `nmt train 2>&1 | head`: the log reader left and the run stopped unfinished

@@ -111,6 +111,9 @@ class TrainConfig:
     max_bad_updates: int = 10  # abort after this many consecutive NaN/inf updates
     tensorboard: bool = False  # also write the metrics as TensorBoard scalars to RUN_DIR/tensorboard
     resume_on_new_data: bool = False  # continue a run whose data dir was prepared again (else an error)
+    # start from this checkpoint's weights (and model config) with a fresh optimizer and schedule: fine-tuning
+    # an imported or earlier model. Ignored once the run dir has checkpoints of its own (they are resumed)
+    init_from: str | None = None
 
     @property
     def checkpoints_kept(self) -> int:
@@ -147,6 +150,9 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def __post_init__(self) -> None:
+        self.given: set[str] = set()  # "section.key" set by a config file or --set (the rest are defaults)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -208,6 +214,7 @@ def apply_dict(cfg: Config, data: dict[str, Any], origin: str = "config") -> Con
                     f"{origin}: unknown key '{section}.{key}'{_closest(str(key), list(valid))}"
                 )
             setattr(target, key, _check_type(f"{section}.{key}", value, valid[key]))
+            cfg.given.add(f"{section}.{key}")
     validate(cfg)
     return cfg
 
@@ -248,6 +255,27 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 def config_from_dict(data: dict[str, Any]) -> Config:
     """Rebuild a Config saved with `to_dict()` (e.g. inside a checkpoint)."""
     return apply_dict(Config(), data, origin="saved config")
+
+
+# Model keys a fine-tuning run may set for itself: regularisation, not architecture
+FINE_TUNING_KEYS = ("dropout", "attention_dropout", "activation_dropout")
+
+
+def inherit_model(saved: ModelConfig, cfg: Config, origin: str) -> ModelConfig:
+    """The model config of a run that starts from a checkpoint (train.init_from): the checkpoint's, with the
+    run's own dropouts where its config sets them. Any other model key the config sets to another value
+    than the checkpoint's is a ConfigError: the weights fix the architecture."""
+    model = ModelConfig(**asdict(saved))
+    for f in fields(ModelConfig):
+        if f"model.{f.name}" not in cfg.given:
+            continue
+        mine, theirs = getattr(cfg.model, f.name), getattr(saved, f.name)
+        if f.name in FINE_TUNING_KEYS:
+            setattr(model, f.name, mine)
+        elif mine != theirs:
+            raise ConfigError(f"model.{f.name}={mine!r} conflicts with {origin}, whose model has {theirs!r}: "
+                              f"with train.init_from the model is the checkpoint's (only the dropouts may be set)")
+    return model
 
 
 def validate(cfg: Config) -> None:

@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from nmt import distributed, trainstate
+from nmt import checkpoint, distributed, trainstate
 from nmt.batching import Batch, TokenBatchSampler, batches_from_dataset, split_batch
-from nmt.config import Config
+from nmt.config import Config, config_from_dict, inherit_model
 from nmt.datadir import DataDir
 from nmt.device import pick_device
 from nmt.errors import NmtError
@@ -29,6 +29,7 @@ from nmt.loss import projected_label_smoothed_loss
 from nmt.model import Transformer
 from nmt.optim import adam, amp_dtype, autocast, learning_rate
 from nmt.rundir import RunDir
+from nmt.tokenizer import Tokenizer
 from nmt.trainstate import Counters
 from nmt.validate import greedy_bleu, validation_loss
 
@@ -60,6 +61,7 @@ class Trainer:
         self.report = Reporter(self.run_dir, enabled=self.dist.main, progress=progress, tensorboard=t.tensorboard)
         self.data = DataDir.open(cfg.data.dir)
         self.tokenizer = self.data.tokenizer()
+        self.init = self._init_from(t.init_from) if t.init_from else None
         self.special = self.tokenizer.special_ids
         self.train_data = self.data.split("train")
         self.valid_data = self.data.split("valid") if self.data.has_split("valid") else None
@@ -76,6 +78,17 @@ class Trainer:
         except BaseException:
             self.close()
             raise
+
+    def _init_from(self, path: str) -> dict[str, Any]:
+        """The checkpoint a fine-tuning run starts from: its model config replaces the run's (nmt.config.
+        inherit_model), and the data must be encoded with its tokenizer. Returns its weights."""
+        state = checkpoint.load(path)
+        theirs = Tokenizer.from_state(state["tokenizer"])
+        if theirs.fingerprint() != self.tokenizer.fingerprint():
+            raise NmtError(f"{self.data} is not encoded with the tokenizer of {path}: prepare the data with "
+                           f"`nmt prepare --tokenizer-from {path}`")
+        self.cfg.model = inherit_model(config_from_dict(state["config"]).model, self.cfg, path)
+        return state["model"]
 
     def _build(self) -> None:
         cfg, t = self.cfg, self.cfg.train
@@ -119,10 +132,19 @@ class Trainer:
                 self.run_dir.clear()
         if state is None:
             self.counters = Counters()
+            if self.init is not None:
+                self.model.load_state_dict(self.init)
+                self.init = None  # not held in memory for the whole run
+                self.report.info(f"starting from the weights of {self.cfg.train.init_from} (fresh optimizer and "
+                                 "schedule)")
             if self.dist.main:
                 self.run_dir.write_config(self.cfg.to_dict())
                 self.report.truncate_metrics(0)  # records of a run killed before its first checkpoint
             return False
+        self.init = None  # the run's own checkpoints win
+        if self.cfg.train.init_from:
+            self.report.info(f"resuming the run dir's checkpoints (train.init_from={self.cfg.train.init_from} "
+                             "only starts a run)")
         trainstate.check_resumable(state, self.data, self.cfg.to_dict())
         self.counters = trainstate.restore(state, self.model, self.optimizer, self.scaler, self.sampler,
                                            self.dist.rank, self.dist.world, self.cfg.train.seed)

@@ -23,10 +23,15 @@ transformers = pytest.importorskip("transformers")
 import sentencepiece as spm  # noqa: E402
 
 from nmt import checkpoint  # noqa: E402
-from nmt.config import DecodeConfig  # noqa: E402
+from nmt.config import DecodeConfig, load_config  # noqa: E402
+from nmt.datadir import DataDir  # noqa: E402
 from nmt.demo import write_demo  # noqa: E402
 from nmt.errors import NmtError  # noqa: E402
 from nmt.marian import import_model  # noqa: E402
+from nmt.prepare import prepare  # noqa: E402
+from nmt.rundir import RunDir  # noqa: E402
+from nmt.tokenizer import Tokenizer  # noqa: E402
+from nmt.train import train  # noqa: E402
 from nmt.translate import Translator  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")  # MarianTokenizer's
@@ -311,3 +316,72 @@ def test_offline_hub_name_is_one_line_error(tmp_path):
     assert len(errors) == 1 and "cannot download Helsinki-NLP/opus-mt-en-de from the Hugging Face hub" in errors[0]
     proc = nmt_cli("import", str(tmp_path / "nowhere"), "-o", str(tmp_path / "m.pt"))
     assert "not a directory saved by save_pretrained" in proc.stderr.decode()
+
+
+# ---------------------------------------------------------------- fine-tuning
+
+
+def fine_tune_config(data: Path, run: Path, ckpt: Path, *overrides: str):
+    return load_config(None, [
+        f"data.dir={data}", f"train.run_dir={run}", f"train.init_from={ckpt}", "train.max_tokens=1024",
+        "train.lr=1e-3", "train.warmup=5", "train.log_every=1", "train.valid_every=1000", "train.save_every=10",
+        "train.valid_bleu_sentences=0", "train.average_last=2", "train.max_updates=30", *overrides])
+
+
+@pytest.fixture(scope="module")
+def fine_tune_data(base, tmp_path_factory):
+    """The imported model and the demo corpus prepared with its tokenizer (prepare --tokenizer-from)."""
+    root = tmp_path_factory.mktemp("fine-tune")
+    ckpt = import_model(str(base["dir"]), root / "opus.pt", src_lang="en", tgt_lang="de")
+    raw = write_demo(root / "raw", n_train=1000, n_valid=50, n_test=50, seed=7)
+    cfg = load_config(None, [f"data.dir={root / 'data'}", f"data.tokenizer_from={ckpt}"]).data
+    cfg.train, cfg.valid, cfg.test = raw["train"], raw["valid"], raw["test"]
+    prepare(cfg, progress=False)
+    return ckpt, root / "data", raw
+
+
+def test_prepare_with_the_models_tokenizer(base, fine_tune_data):
+    ckpt, data, raw = fine_tune_data
+    theirs = Tokenizer.from_state(checkpoint.load(ckpt)["tokenizer"])
+    tokenizer = DataDir.open(data).tokenizer()
+    assert tokenizer.mapped and tokenizer.fingerprint() == theirs.fingerprint()
+    first = Path(raw["valid"] + ".en").read_text(encoding="utf-8").splitlines()[0]
+    assert DataDir.open(data).split("valid")[0]["src_ids"] == base["tok"](first)["input_ids"][:-1]  # EOS: batching's
+    with pytest.raises(NmtError, match=r"translates en->de but data.src_lang/tgt_lang are de->en"):
+        prepare(load_config(None, [f"data.dir={data}-x", f"data.tokenizer_from={ckpt}", "data.src_lang=de",
+                                   "data.tgt_lang=en", f"data.train={raw['train']}"]).data, progress=False)
+
+
+def test_fine_tuning_starts_from_the_imported_weights_and_resumes_exactly(base, fine_tune_data, demo_data, tmp_path):
+    ckpt, data, raw = fine_tune_data
+    summary = train(fine_tune_config(data, tmp_path / "full", ckpt), progress=False)
+    assert summary["step"] == 30
+    losses = [r["loss"] for r in RunDir(tmp_path / "full").read_metrics() if r["type"] == "train"]
+    scratch = train(fine_tune_config(data, tmp_path / "scratch", ckpt, "train.init_from=null", "train.max_updates=1",
+                                     "model.d_model=32", "model.n_heads=4", "model.d_ff=64"), progress=False)
+    assert scratch["step"] == 1
+    scratch_loss = RunDir(tmp_path / "scratch").read_metrics()[0]["loss"]
+    assert losses[0] < scratch_loss - 1.0  # the first update already computes with the imported weights
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5  # and fine-tuning lowers the loss
+    tuned = checkpoint.load(tmp_path / "full" / "last.pt")
+    assert tuned["config"]["model"] == checkpoint.load(ckpt)["config"]["model"]
+    translator = Translator(tuned, DecodeConfig(beam=2), dtype="fp32")
+    assert translator.tokenizer.mapped and all(r.text[0] for r in translator.translate_chunk(base["lines"][:5]))
+    # interrupted at update 20 and resumed: the same weights as the uninterrupted run
+    train(fine_tune_config(data, tmp_path / "parts", ckpt, "train.max_updates=20"), progress=False)
+    (tmp_path / "parts" / "averaged.pt").unlink(missing_ok=True)
+    train(fine_tune_config(data, tmp_path / "parts", ckpt), progress=False)
+    full, parts = (checkpoint.load(tmp_path / run / "last.pt")["model"] for run in ("full", "parts"))
+    assert all(torch.equal(full[k], parts[k]) for k in full)
+
+
+def test_fine_tuning_mistakes_are_one_line_errors(fine_tune_data, demo_data, tmp_path):
+    ckpt, data, _ = fine_tune_data
+    with pytest.raises(NmtError, match=r"model.n_heads=2 conflicts with .*opus.pt, whose model has 4"):
+        train(fine_tune_config(data, tmp_path / "a", ckpt, "model.n_heads=2"), progress=False)
+    with pytest.raises(NmtError, match=r"is not encoded with the tokenizer of .*nmt prepare --tokenizer-from"):
+        train(fine_tune_config(demo_data, tmp_path / "b", ckpt), progress=False)
+    summary = train(fine_tune_config(data, tmp_path / "c", ckpt, "model.dropout=0.3", "train.max_updates=2"),
+                    progress=False)
+    assert summary["step"] == 2
+    assert checkpoint.load(tmp_path / "c" / "last.pt")["config"]["model"]["dropout"] == 0.3  # a dropout may be set
