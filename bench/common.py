@@ -9,6 +9,7 @@ them alike. Medians over the repeats are reported, and ratios are what to compar
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import statistics
 import sys
@@ -63,6 +64,51 @@ def marian(cfg: ModelConfig, vocab: int, seed: int = 0, attn: str = "sdpa"):
     )
     torch.manual_seed(seed)
     return MarianMTModel._from_config(config, attn_implementation=attn)
+
+
+OPUS_MT_VOCAB = 58_101  # Helsinki-NLP/opus-mt-en-de's
+
+
+def opus_mt_dir(path: Path, vocab: int = OPUS_MT_VOCAB, seed: int = 0) -> Path:
+    """A directory as MarianMTModel/MarianTokenizer.save_pretrained write it, with the shape of an OPUS-MT model
+    (d_model 512, 6+6 layers, 8 heads, d_ff 2048, swish, shared vocabulary of 58,101, </s> = 0, <pad> last)
+    and random weights. The SentencePiece models are small ones trained on the demo corpus; vocab.json is
+    filled up to the full size with dummy pieces (the bench feeds ids, not text)."""
+    import io
+
+    import sentencepiece as spm
+    from transformers import MarianConfig, MarianMTModel
+
+    from nmt.demo import write_demo
+
+    raw = write_demo(path / "raw", n_train=2000, n_valid=10, n_test=10, seed=1)
+    out = io.BytesIO()
+    text = Path(raw["train"] + ".en").read_text(encoding="utf-8").splitlines()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(text), model_writer=out, vocab_size=250, minloglevel=2)
+    processor = spm.SentencePieceProcessor()
+    processor.LoadFromSerializedProto(out.getvalue())
+    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())
+              if not (processor.is_control(i) or processor.is_unknown(i))]
+    names = ["</s>", "<unk>", *pieces]
+    names += [f"▁dummy{i}" for i in range(vocab - 1 - len(names))] + ["<pad>"]
+    model_dir = path / "opus-mt"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    (model_dir / "vocab.json").write_text(json.dumps({name: i for i, name in enumerate(names)}))
+    for name in ("source.spm", "target.spm"):
+        (model_dir / name).write_bytes(out.getvalue())
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "MarianTokenizer", "source_lang": "en", "target_lang": "de", "model_max_length": 512}))
+    config = MarianConfig(
+        vocab_size=vocab, decoder_vocab_size=vocab, d_model=512, encoder_layers=6, decoder_layers=6,
+        encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
+        activation_function="swish", scale_embedding=True, max_position_embeddings=512, pad_token_id=vocab - 1,
+        eos_token_id=0, decoder_start_token_id=vocab - 1, forced_eos_token_id=0, share_encoder_decoder_embeddings=True)
+    torch.manual_seed(seed)
+    model = MarianMTModel(config)
+    with torch.no_grad():
+        model.final_logits_bias.normal_(0, 0.1)
+    model.save_pretrained(model_dir)
+    return model_dir
 
 
 def random_batch(batch: int, min_len: int, max_len: int, vocab: int, seed: int) -> torch.Tensor:

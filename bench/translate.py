@@ -5,6 +5,13 @@ Usage (from the repository root):
     python bench/translate.py                                   # tiny and base, batch 32 and 1
     python bench/translate.py --configs tiny --batches 32 --repeats 7 --length 25 --threads 2
     python bench/translate.py --threads 1 --clock cpu   # CPU-time clock: steadier on a busy shared machine
+    python bench/translate.py --configs opus-mt --batches 32,1  # an OPUS-MT-shaped Marian model, imported
+    python bench/translate.py --marian-dir DIR          # a real one (a save_pretrained directory)
+
+`opus-mt` and `--marian-dir` benchmark a Marian model as `nmt import` reads it: HF loads the directory
+(`from_pretrained`), ours is the imported checkpoint (the same weights), CTranslate2 converts the directory
+with its TransformersConverter. `opus-mt` writes such a directory first: random weights in the shape of
+Helsinki-NLP/opus-mt-en-de (d_model 512, 6+6 layers, 8 heads, d_ff 2048, swish, vocabulary 58,101).
 
 For each config a model of that shape gets random weights: ours (`nmt.search.beam_search` over
 `nmt.model.Transformer`, eval, inference_mode), HF `MarianMTModel.generate()` (SDPA attention, KV cache),
@@ -42,9 +49,12 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import json
 import multiprocessing as mp
 import sys
 import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from common import (
@@ -58,6 +68,7 @@ from common import (
     marian,
     median,
     model_config,
+    opus_mt_dir,
     ours,
     random_batch,
     table,
@@ -70,11 +81,21 @@ BEAM, ALPHA = 4, 0.6
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
 
 
+@dataclass(frozen=True)
+class Ids:
+    bos: int  # the decoder's start token (Marian: <pad>)
+    eos: int
+    pad: int
+
+
+NMT = Ids(bos=BOS, eos=EOS, pad=PAD)
+
+
 class FixedLength:
     """Our model with EOS made impossible before step `length`; at `length` beam search forces it."""
 
-    def __init__(self, model, length: int):
-        self.model, self.length, self.max_positions = model, length, model.max_positions
+    def __init__(self, model, length: int, eos: int):
+        self.model, self.length, self.eos, self.max_positions = model, length, eos, model.max_positions
 
     def encode(self, src):
         return self.model.encode(src)
@@ -86,17 +107,17 @@ class FixedLength:
         step = cache.step
         logits, attention = self.model.decode_step(tokens, cache, need_attention)
         if step < self.length:
-            logits[:, EOS] = float("-inf")
+            logits[:, self.eos] = float("-inf")
         return logits, attention
 
 
-def ours_fn(model, src, length):
-    wrapped = FixedLength(model, length)
+def ours_fn(model, src, length, ids: Ids):
+    wrapped = FixedLength(model, length, ids.eos)
 
     def run():
         with torch.inference_mode():
             return beam_search(wrapped, src, beam=BEAM, length_penalty=ALPHA, max_len_a=0.0, max_len_b=length,
-                               bos=BOS, eos=EOS, pad=PAD)
+                               bos=ids.bos, eos=ids.eos, pad=ids.pad)
 
     def check(result):
         return all(len(h[0].tokens) == length for h in result)
@@ -104,20 +125,21 @@ def ours_fn(model, src, length):
     return run, check
 
 
-def hf_fn(model, src, length):
+def hf_fn(model, src, length, ids: Ids):
     from transformers import GenerationConfig
 
     gen = GenerationConfig(num_beams=BEAM, do_sample=False, length_penalty=ALPHA, max_new_tokens=length + 1,
-                           min_new_tokens=length, forced_eos_token_id=EOS, eos_token_id=EOS, pad_token_id=PAD,
-                           decoder_start_token_id=BOS, bos_token_id=None, num_return_sequences=1, use_cache=True)
-    mask = src.ne(PAD)
+                           min_new_tokens=length, forced_eos_token_id=ids.eos, eos_token_id=ids.eos,
+                           pad_token_id=ids.pad, decoder_start_token_id=ids.bos, bos_token_id=None,
+                           num_return_sequences=1, use_cache=True)
+    mask = src.ne(ids.pad)
 
     def run():
         with torch.inference_mode():
             return model.generate(input_ids=src, attention_mask=mask, generation_config=gen)
 
     def check(out):  # start token + L tokens + EOS
-        return out.shape == (src.size(0), length + 2) and bool(out[:, -1].eq(EOS).all())
+        return out.shape == (src.size(0), length + 2) and bool(out[:, -1].eq(ids.eos).all())
 
     return run, check
 
@@ -159,6 +181,18 @@ def ct2_model(hf_model, workdir: str) -> tuple[str, list[str]] | None:
     return ct2_dir, names
 
 
+def ct2_marian(model_dir: Path, workdir: str) -> tuple[str, list[str]] | None:
+    """A Marian directory converted as CTranslate2 users do (its real tokenizer included), or None."""
+    try:
+        from ctranslate2.converters import TransformersConverter
+    except ImportError:
+        return None
+    vocab = json.loads((model_dir / "vocab.json").read_text(encoding="utf-8"))
+    ct2_dir = f"{workdir}/ct2"
+    TransformersConverter(str(model_dir)).convert(ct2_dir, force=True)
+    return ct2_dir, sorted(vocab, key=vocab.get)
+
+
 def _ct2_worker(conn, model_dir: str, compute_type: str, threads: int, tokens: list[list[str]], length: int,
                 clock: str) -> None:
     """Serves timed translate_batch calls. CTranslate2 runs in its own process because its Intel OpenMP
@@ -176,9 +210,9 @@ def _ct2_worker(conn, model_dir: str, compute_type: str, threads: int, tokens: l
         conn.send((now() - start, [len(r.hypotheses[0]) for r in result]))
 
 
-def ct2_fn(ct2, src, length, compute_type: str, threads: int, clock: str):
+def ct2_fn(ct2, src, length, compute_type: str, threads: int, clock: str, pad: int):
     model_dir, names = ct2
-    tokens = [[names[i] for i in row if i != PAD] for row in src.tolist()]
+    tokens = [[names[i] for i in row if i != pad] for row in src.tolist()]
     ctx = mp.get_context("spawn")
     conn, child_conn = ctx.Pipe()
     proc = ctx.Process(target=_ct2_worker, args=(child_conn, model_dir, compute_type, threads, tokens, length, clock),
@@ -232,30 +266,55 @@ def gemm_floor(run, repeats: int, clock: str) -> float:
     return median(interleaved({"floor": call}, repeats, progress=False, clock=clock)["floor"])
 
 
-def sources(batch: int, vocab: int) -> torch.Tensor:
-    if batch == 1:
-        return random_batch(1, 20, 20, vocab - 1, seed=3)
-    return random_batch(batch, 15, 20, vocab - 1, seed=3)  # vocab - 1: CT2's vocabulary is one shorter
+def sources(batch: int, vocab: int, ids: Ids) -> torch.Tensor:
+    """Random sources (vocab - 1: CT2's vocabulary is one shorter), with the model's EOS and padding ids."""
+    src = random_batch(batch, 20 if batch == 1 else 15, 20, vocab - 1, seed=3)
+    return torch.where(src.eq(PAD), ids.pad, torch.where(src.eq(EOS), ids.eos, src))
+
+
+def contestants(name: str, args, workdir: str, use_ct2: bool):
+    """(ours, HF, CTranslate2 model or None, special ids, vocabulary size, ModelConfig) for a config name, or
+    for a Marian directory (`--marian-dir`, or `opus-mt`: one written with random weights)."""
+    if name not in ("opus-mt", "marian-dir"):
+        cfg = model_config(name)
+        hf_model = marian(cfg, args.vocab).eval()
+        ct2 = ct2_model(hf_model, f"{workdir}/{name}") if use_ct2 else None
+        return ours(cfg, args.vocab).eval(), hf_model, ct2, NMT, args.vocab, cfg
+    from transformers import MarianMTModel
+
+    from nmt import checkpoint
+    from nmt.config import config_from_dict
+    from nmt.marian import import_model
+    from nmt.tokenizer import Tokenizer
+    from nmt.translate import load_model
+
+    model_dir = Path(args.marian_dir) if name == "marian-dir" else opus_mt_dir(Path(workdir) / name)
+    state = checkpoint.load(import_model(str(model_dir), Path(workdir) / f"{name}.pt"))
+    tokenizer = Tokenizer.from_state(state["tokenizer"])
+    ours_model = load_model(state, tokenizer, torch.device("cpu"), torch.float32)
+    hf_model = MarianMTModel.from_pretrained(model_dir, attn_implementation="sdpa").eval()
+    ct2 = ct2_marian(model_dir, f"{workdir}/{name}") if use_ct2 else None
+    special = tokenizer.special_ids
+    ids = Ids(bos=special.bos, eos=special.eos, pad=special.pad)
+    return ours_model, hf_model, ct2, ids, tokenizer.src_vocab_size, config_from_dict(state["config"]).model
 
 
 def bench(name: str, args, workdir: str) -> list[list[str]]:
-    cfg = model_config(name)
     dtype = DTYPES[args.dtype]
-    ours_model = ours(cfg, args.vocab).eval().to(dtype)
-    hf_model = marian(cfg, args.vocab).eval().to(dtype)
     use_ct2 = not args.no_ct2 and args.dtype != "bf16"
     compute_type = "int8" if args.dtype == "int8" else "float32"
-    ct2 = ct2_model(hf_model, f"{workdir}/{name}") if use_ct2 else None
+    ours_model, hf_model, ct2, ids, vocab, cfg = contestants(name, args, workdir, use_ct2)
+    ours_model, hf_model = ours_model.to(dtype), hf_model.to(dtype)
     if args.dtype == "int8":
         ours_model, hf_model = quantized(ours_model), quantized(hf_model)
     if ct2 is None and use_ct2:
         print("ctranslate2 is not installed: skipping it (pip install ctranslate2)", file=sys.stderr)
     rows = []
     for batch in map(int, args.batches.split(",")):
-        src = sources(batch, args.vocab)
-        fns = {"ours": ours_fn(ours_model, src, args.length), "hf": hf_fn(hf_model, src, args.length)}
+        src = sources(batch, vocab, ids)
+        fns = {"ours": ours_fn(ours_model, src, args.length, ids), "hf": hf_fn(hf_model, src, args.length, ids)}
         if ct2 is not None:
-            fns["ct2"] = ct2_fn(ct2, src, args.length, compute_type, args.threads, args.clock)
+            fns["ct2"] = ct2_fn(ct2, src, args.length, compute_type, args.threads, args.clock, ids.pad)
         for label, (run, check) in fns.items():
             if not check(run()):
                 raise SystemExit(f"{label}: hypotheses do not all have {args.length} tokens; the work is not equal")
@@ -279,7 +338,9 @@ def bench(name: str, args, workdir: str) -> list[list[str]]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--configs", default="tiny,base", help="comma-separated config names or YAML paths")
+    p.add_argument("--configs", default="tiny,base",
+                   help="comma-separated config names or YAML paths, or opus-mt (an OPUS-MT-shaped Marian model)")
+    p.add_argument("--marian-dir", help="benchmark this Marian directory (save_pretrained) instead of --configs")
     p.add_argument("--batches", default="32,1", help="comma-separated batch sizes (sentences per call)")
     p.add_argument("--length", type=int, default=25, help="tokens per hypothesis (EOS excluded)")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per system")
@@ -295,6 +356,8 @@ def main() -> None:
                    help="also time our matrix multiplies alone: their share of our time, and HF's time / theirs "
                         "(the most any implementation doing these multiplies could gain over HF)")
     args = p.parse_args()
+    if args.marian_dir:
+        args.configs = "marian-dir"
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as workdir, OtherLoad() as load:
         rows = [row for name in args.configs.split(",") for row in bench(name, args, workdir)]
