@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nmt import checkpoint
-from nmt.config import Config, config_from_dict
+from nmt.config import Config, ModelConfig, config_from_dict
 from nmt.datadir import META_FILE, DataDir, outputs
 from nmt.errors import CheckpointError, NmtError, first_line
 from nmt.rundir import RunDir
@@ -77,11 +77,13 @@ def describe_checkpoint(path: Path) -> dict[str, Any]:
         "size_bytes": path.stat().st_size,
         "kind": _kind(state),
         "averaged_from": [str(p) for p in state.get("averaged_from") or []] or None,
+        "imported_from": state.get("imported_from"),
         "src_lang": tokenizer.src_lang,
         "tgt_lang": tokenizer.tgt_lang,
         "src_vocab_size": src_size,
         "tgt_vocab_size": tgt_size,
         "joint_vocab": tokenizer.joint,
+        "imported_vocab": tokenizer.mapped,
         "model": dataclasses.asdict(cfg.model),
         # as Transformer does: the decoder input and output always share; the encoder too when asked and joint
         "tied_embeddings": "src+tgt+output" if cfg.model.share_all_embeddings and tokenizer.joint else "tgt+output",
@@ -94,10 +96,13 @@ def describe_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def _kind(state: dict[str, Any]) -> str:
-    """training: resumable; averaged: `nmt average` output; weights: weights only (best.pt)."""
+    """training: resumable; averaged: `nmt average` output; imported: `nmt import` output; weights: weights
+    only (best.pt)."""
     if "train_state" in state:
         return "training"
-    return "averaged" if state.get("averaged_from") else "weights"
+    if state.get("averaged_from"):
+        return "averaged"
+    return "imported" if state.get("imported_from") else "weights"
 
 
 def _saved_config(state: dict[str, Any], path: Path) -> Config:
@@ -319,16 +324,19 @@ def _facts(title: str, rows: list[tuple[str, Any]]) -> Table:
 def _checkpoint_table(c: dict[str, Any]) -> Table:
     m, t, best = c["model"], c["training"] or {}, c["best"]
     kinds = {"training": "training checkpoint (resumable)", "averaged": "averaged weights",
-             "weights": "weights only (best)"}
+             "imported": "imported pretrained model", "weights": "weights only (best)"}
     return _facts(f"checkpoint {c['path']}", [
         ("kind", kinds[c["kind"]]),
         ("averaged from", ", ".join(Path(p).name for p in c["averaged_from"] or []) or None),
+        ("imported from", c["imported_from"]),
         ("languages", f"{c['src_lang']} -> {c['tgt_lang']}"),
         ("vocabulary", f"{c['src_vocab_size']:,} / {c['tgt_vocab_size']:,}"
-                       f" ({'joint' if c['joint_vocab'] else 'separate'})"),
+                       f" ({'joint' if c['joint_vocab'] else 'separate'}"
+                       f"{', imported ids' if c['imported_vocab'] else ''})"),
         ("layers", f"{m['encoder_layers']} encoder, {m['decoder_layers']} decoder"),
         ("dimensions", f"d_model {m['d_model']}, {m['n_heads']} heads, ffn {m['d_ff']}"),
         ("norm", "pre-norm" if m["pre_norm"] else "post-norm (paper)"),
+        ("differs from the paper", _variant(m)),
         ("tied embeddings", c["tied_embeddings"]),
         ("dropout", f"{m['dropout']} (attention {m['attention_dropout']}, activation {m['activation_dropout']})"),
         ("max positions", m["max_positions"]),
@@ -342,6 +350,13 @@ def _checkpoint_table(c: dict[str, Any]) -> Table:
         ("data fingerprint", _short(c["data_fingerprint"])),
         ("file size", _size(c["size_bytes"])),
     ])
+
+
+def _variant(m: dict[str, Any]) -> str | None:
+    """The model keys where a (published, e.g. Marian) model differs from the paper's, or None."""
+    paper = dataclasses.asdict(ModelConfig())
+    keys = ("activation", "position_layout", "scale_embedding", "output_bias")
+    return ", ".join(f"{k} {m[k]}" for k in keys if m.get(k, paper[k]) != paper[k]) or None
 
 
 def _run_tables(r: dict[str, Any]) -> list[Any]:

@@ -245,8 +245,11 @@ def test_cli_import_then_translate_and_info(base, tmp_path):
     assert proc.stdout.decode().splitlines() == hf_translate(base["model"], base["tok"], lines, 1)[0]
     info = nmt_cli("info", str(ckpt), "--json")
     assert info.returncode == 0, info.stderr.decode()
-    model = json.loads(info.stdout)["model"]
-    assert model["activation"] == "swish" and model["position_layout"] == "halves"
+    described = json.loads(info.stdout)
+    assert described["kind"] == "imported" and described["imported_from"] == str(base["dir"])
+    assert described["model"]["activation"] == "swish" and described["model"]["position_layout"] == "halves"
+    text = nmt_cli("info", str(ckpt)).stdout.decode()
+    assert "imported pretrained model" in text and "activation swish" in text
 
 
 def broken_copy(base: dict, tmp_path: Path) -> Path:
