@@ -388,3 +388,14 @@ def test_fine_tuning_mistakes_are_one_line_errors(fine_tune_data, demo_data, tmp
                     progress=False)
     assert summary["step"] == 2
     assert checkpoint.load(tmp_path / "c" / "last.pt")["config"]["model"]["dropout"] == 0.3  # a dropout may be set
+
+
+def test_pytorch_model_bin_imports_like_safetensors(base, tmp_path):
+    """Older exports ship pytorch_model.bin (a torch state dict, tied tensors under every name)."""
+    directory = broken_copy(base, tmp_path)
+    (directory / "model.safetensors").unlink()
+    torch.save(base["model"].state_dict(), directory / "pytorch_model.bin")
+    from_bin = checkpoint.load(import_model(str(directory), tmp_path / "bin.pt"))["model"]
+    from_safetensors = checkpoint.load(import_model(str(base["dir"]), tmp_path / "st.pt"))["model"]
+    assert from_bin.keys() == from_safetensors.keys()
+    assert all(torch.equal(from_bin[k], from_safetensors[k]) for k in from_bin)
