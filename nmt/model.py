@@ -320,6 +320,8 @@ class Transformer(nn.Module):
 
     def _project(self, x: Tensor) -> Tensor:
         """Output logits with the (tied) target embedding matrix (and the output bias, if the model has one)."""
+        if x.dim() == 2 and x.dtype == torch.float32 and x.device.type == "cpu" and not torch.is_grad_enabled():
+            return onednn_linear(x, self.output_weight, self.output_bias)
         return F.linear(x, self.output_weight, self.output_bias)
 
     # ---- encoder ---------------------------------------------------------------------------------
@@ -415,6 +417,20 @@ class Transformer(nn.Module):
         """Cross-attention weights of teacher-forced decoding of tgt_in: float32 [L, B, H, T, S]."""
         memory, src_pad_mask = self.encode(src)
         return torch.stack(self._decode(tgt_in, memory, src_pad_mask, need_weights=True)[1])
+
+
+def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """F.linear through oneDNN (x [N, D], no autograd) where this torch has it, else F.linear. For float32 on
+    CPU, torch's F.linear calls MKL's sgemm, which on AMD EPYC (Zen 5) is 1.3-1.7x slower than oneDNN at
+    the output projection's shape (rows x d_model by d_model x vocabulary; one thread, 8k-58k vocabularies,
+    bench/translate.py) and no faster at any shape measured."""
+    if _ONEDNN_LINEAR is None:
+        return F.linear(x, weight, bias)
+    return _ONEDNN_LINEAR(x, weight, bias, "none", [], "")
+
+
+# an internal op of torch (inductor's CPU matmul), so looked up rather than assumed
+_ONEDNN_LINEAR = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
 
 
 def _attend_mask(pad_mask: Tensor) -> Tensor:

@@ -327,3 +327,15 @@ def test_output_bias_and_unscaled_embeddings():
         unscaled = model.tgt_embed(TGT) + model.positions[: TGT.size(1)]
         torch.testing.assert_close(model._embed(model.tgt_embed, TGT), unscaled, rtol=0, atol=0)
         assert not torch.equal(plain(SRC, TGT, project=False), hidden)  # the scale made a difference
+
+
+def test_onednn_linear_equals_f_linear_and_falls_back(monkeypatch):
+    """The decoder's output projection at inference on CPU (float32) goes through oneDNN when torch has it."""
+    import nmt.model as model_module
+
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(7, 16, generator=g), torch.randn(50, 16, generator=g), torch.randn(50, generator=g)
+    for bias in (b, None):
+        torch.testing.assert_close(model_module.onednn_linear(x, w, bias), torch.nn.functional.linear(x, w, bias))
+    monkeypatch.setattr(model_module, "_ONEDNN_LINEAR", None)
+    assert torch.equal(model_module.onednn_linear(x, w, b), torch.nn.functional.linear(x, w, b))
