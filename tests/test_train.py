@@ -408,3 +408,25 @@ def test_keep_last_below_average_last_keeps_enough_and_says_so(demo_data, tmp_pa
                       "train.max_updates=5"), progress=False)
     assert [s for s, _ in RunDir(run).step_checkpoints()] == [3, 4, 5]
     assert "train.keep_last=1 but train.average_last=3: keeping the last 3 checkpoints" in capsys.readouterr().err
+
+
+def test_continue_an_nmt_model_on_new_data(demo_run, demo_raw, tmp_path):
+    """--tokenizer-from / --init-from with nmt's own checkpoint: new data encoded with the model's SentencePiece
+    model, training starts from its weights (its loss, not a fresh model's) with a fresh schedule."""
+    from nmt.prepare import prepare
+
+    ckpt = demo_run / "averaged.pt"
+    cfg = load_config(None, [f"data.dir={tmp_path / 'data'}", f"data.tokenizer_from={ckpt}"]).data
+    cfg.train, cfg.valid = demo_raw["valid"], demo_raw["test"]  # "new" data: sentences it was not trained on
+    meta = prepare(cfg, progress=False)
+    assert meta["tokenizer_from"] == str(ckpt) and meta["spm_type"] is None
+    run = tmp_path / "run"
+    common = [f"data.dir={tmp_path / 'data'}", f"train.run_dir={run}", "train.max_tokens=1024", "train.warmup=5",
+              "train.lr=1e-3", "train.log_every=1", "train.valid_bleu_sentences=0", "train.max_updates=3"]
+    train(load_config(None, [*common, f"train.init_from={ckpt}"]), progress=False)
+    train(load_config(None, [*common, f"train.run_dir={tmp_path / 'scratch'}", "model.d_model=64",
+                             "model.n_heads=4", "model.d_ff=128", "model.encoder_layers=2", "model.decoder_layers=2",
+                             "model.max_positions=256"]), progress=False)
+    continued, scratch = metrics(run)[0]["loss"], metrics(tmp_path / "scratch")[0]["loss"]
+    assert continued < scratch - 1.0
+    assert checkpoint.load(run / "last.pt")["config"]["model"] == checkpoint.load(ckpt)["config"]["model"]
