@@ -288,6 +288,7 @@ class Transformer(nn.Module):
         # a constant of the model (not trained), stored in its checkpoints
         self.output_bias: Tensor | None
         self.register_buffer("output_bias", torch.zeros(tgt_vocab_size) if output_bias else None)
+        self.output_layer: nn.Module | None = None  # a replacement of the projection (an int8 copy; see _project)
         self.dropout = Dropout(dropout)
         layer_args = (d_model, n_heads, d_ff, dropout, attention_dropout, activation_dropout, pre_norm, activation)
         self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(encoder_layers))
@@ -319,7 +320,10 @@ class Transformer(nn.Module):
         return self.dropout(embedding(tokens) * self.embed_scale + self.positions[offset:end])
 
     def _project(self, x: Tensor) -> Tensor:
-        """Output logits with the (tied) target embedding matrix (and the output bias, if the model has one)."""
+        """Output logits with the (tied) target embedding matrix (and the output bias, if the model has one), or
+        with `output_layer` when inference set one (nmt.translate's int8 copy of that matrix)."""
+        if self.output_layer is not None:
+            return self.output_layer(x)
         if x.dim() == 2 and x.dtype == torch.float32 and x.device.type == "cpu" and not torch.is_grad_enabled():
             return onednn_linear(x, self.output_weight, self.output_bias)
         return F.linear(x, self.output_weight, self.output_bias)

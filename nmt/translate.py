@@ -129,9 +129,19 @@ class Translator:
         quantize_dynamic = getattr(getattr(torch.ao, "quantization", None), "quantize_dynamic", None)
         if quantize_dynamic is None:
             raise NmtError("--quantize int8 needs torch.ao.quantization, which this torch build lacks")
+        model = self.model
+        # The output projection is the tied embedding matrix, not an nn.Linear: an int8 copy of it takes its
+        # place, as HF's lm_head and CTranslate2's output layer are quantized (with a 58k vocabulary it is
+        # most of a decoding step's work)
+        head = torch.nn.Linear(model.d_model, model.output_weight.size(0), bias=model.output_bias is not None)
+        with torch.no_grad():
+            head.weight.copy_(model.output_weight)
+            if model.output_bias is not None:
+                head.bias.copy_(model.output_bias)
+        model.output_layer = head
         with warnings.catch_warnings():  # torch marks eager quantization deprecated in favour of torchao
             warnings.simplefilter("ignore")
-            self.model = quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8)
+            self.model = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, decode: DecodeConfig, **kwargs: Any) -> Translator:

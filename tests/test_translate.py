@@ -257,3 +257,20 @@ def test_dtype_auto_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
         assert translate_mod.auto_dtype(cpu, None) == expected
         assert translate_mod.auto_dtype(cpu, "int8") == "fp32"  # int8 quantization works on fp32 weights
     assert translate_mod.auto_dtype(torch.device("cuda", 0), None) == "fp32"
+
+
+def test_int8_quantizes_the_output_projection_too(demo_run):
+    """--quantize int8 gives the tied output projection an int8 copy (as HF's lm_head and CTranslate2's output
+    layer are quantized); translations stay those of the fp32 model on the demo test set but a few."""
+    from nmt.config import DecodeConfig
+    from nmt.translate import Translator
+
+    state = checkpoint.load(demo_run / "averaged.pt")
+    int8 = Translator(state, DecodeConfig(beam=1), dtype="fp32", quantize="int8")
+    head = type(int8.model.output_layer)
+    assert head.__name__ == "Linear" and "quantized" in head.__module__
+    fp32 = Translator(state, DecodeConfig(beam=1), dtype="fp32")
+    assert fp32.model.output_layer is None
+    lines = ["three hundred forty-two", "the big red dogs", "May fourth, nineteen ninety-one"] * 3
+    same = sum(a.text == b.text for a, b in zip(int8.translate_chunk(lines), fp32.translate_chunk(lines)))
+    assert same >= 6
