@@ -35,9 +35,9 @@ with the others. Goal: ours >= 2x HF generate() at batch 32.
 
 --dtype bf16 runs ours and HF with bfloat16 weights and activations (on CPUs with AVX512-BF16/AMX, oneDNN's
 bf16 matrix multiplies are several times faster than fp32); CTranslate2 has no bf16 on CPU and is left out.
---dtype int8 applies PyTorch dynamic int8 quantization to the nn.Linear layers of ours and of HF (what
-`nmt translate --quantize int8` does; ours keeps its output projection, tied to the embedding, in fp32,
-while HF's lm_head is an nn.Linear and gets quantized), and runs CTranslate2 with compute_type int8.
+--dtype int8 applies PyTorch dynamic int8 quantization to the nn.Linear layers of ours and of HF (ours through
+`nmt.translate.quantize_int8`, as `nmt translate --quantize int8`, which quantizes a copy of the tied output
+projection too; HF's lm_head is an nn.Linear), and runs CTranslate2 with compute_type int8.
 
 --floor records the matrix multiplies of one call of ours (shapes, strides, dtype) and times them alone,
 replayed on random tensors: "gemm share" is that floor / our time, and "ceiling vs hf" is HF's time / the
@@ -76,6 +76,7 @@ from common import (
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nmt.search import beam_search
+from nmt.translate import quantize_int8
 
 BEAM, ALPHA = 4, 0.6
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
@@ -145,7 +146,7 @@ def hf_fn(model, src, length, ids: Ids):
 
 
 def quantized(model: torch.nn.Module) -> torch.nn.Module:
-    """Dynamic int8 quantization of the nn.Linear layers, as `nmt translate --quantize int8` does."""
+    """Dynamic int8 quantization of the nn.Linear layers (HF's lm_head among them)."""
     import warnings
 
     with warnings.catch_warnings():
@@ -305,8 +306,8 @@ def bench(name: str, args, workdir: str) -> list[list[str]]:
     compute_type = "int8" if args.dtype == "int8" else "float32"
     ours_model, hf_model, ct2, ids, vocab, cfg = contestants(name, args, workdir, use_ct2)
     ours_model, hf_model = ours_model.to(dtype), hf_model.to(dtype)
-    if args.dtype == "int8":
-        ours_model, hf_model = quantized(ours_model), quantized(hf_model)
+    if args.dtype == "int8":  # ours exactly as `nmt translate --quantize int8` does it
+        ours_model, hf_model = quantize_int8(ours_model), quantized(hf_model)
     if ct2 is None and use_ct2:
         print("ctranslate2 is not installed: skipping it (pip install ctranslate2)", file=sys.stderr)
     rows = []

@@ -77,6 +77,25 @@ def load_model(state: dict[str, Any], tokenizer: Tokenizer, device: torch.device
     return model.to(device=device, dtype=dtype).eval()
 
 
+def quantize_int8(model: Transformer) -> Transformer:
+    """`--quantize int8`: PyTorch dynamic int8 quantization of the Linear layers (weights int8, activations
+    quantized per batch). The output projection is the tied embedding matrix, not an nn.Linear: an int8 copy
+    of it takes its place, as HF's lm_head and CTranslate2's output layer are quantized (with a 58k
+    vocabulary it is most of a decoding step's work)."""
+    quantize_dynamic = getattr(getattr(torch.ao, "quantization", None), "quantize_dynamic", None)
+    if quantize_dynamic is None:
+        raise NmtError("--quantize int8 needs torch.ao.quantization, which this torch build lacks")
+    head = torch.nn.Linear(model.d_model, model.output_weight.size(0), bias=model.output_bias is not None)
+    with torch.no_grad():
+        head.weight.copy_(model.output_weight)
+        if model.output_bias is not None:
+            head.bias.copy_(model.output_bias)
+    model.output_layer = head
+    with warnings.catch_warnings():  # torch marks eager quantization deprecated in favour of torchao
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+
 def auto_dtype(device: torch.device, quantize: str | None) -> str:
     """--dtype auto: bf16 on CPUs that compute it natively (the Multi30k model: 1.34x faster, BLEU -0.15,
     bench/precision.py), fp32 elsewhere (CUDA included, for now) and under --quantize (int8 wants fp32)."""
@@ -126,22 +145,7 @@ class Translator:
             raise NmtError(f"--quantize supports 'int8', got '{kind}'")
         if self.device.type != "cpu":
             raise NmtError("--quantize int8 runs on CPU only (use --dtype bf16/fp16 on GPU)")
-        quantize_dynamic = getattr(getattr(torch.ao, "quantization", None), "quantize_dynamic", None)
-        if quantize_dynamic is None:
-            raise NmtError("--quantize int8 needs torch.ao.quantization, which this torch build lacks")
-        model = self.model
-        # The output projection is the tied embedding matrix, not an nn.Linear: an int8 copy of it takes its
-        # place, as HF's lm_head and CTranslate2's output layer are quantized (with a 58k vocabulary it is
-        # most of a decoding step's work)
-        head = torch.nn.Linear(model.d_model, model.output_weight.size(0), bias=model.output_bias is not None)
-        with torch.no_grad():
-            head.weight.copy_(model.output_weight)
-            if model.output_bias is not None:
-                head.bias.copy_(model.output_bias)
-        model.output_layer = head
-        with warnings.catch_warnings():  # torch marks eager quantization deprecated in favour of torchao
-            warnings.simplefilter("ignore")
-            self.model = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        self.model = quantize_int8(self.model)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, decode: DecodeConfig, **kwargs: Any) -> Translator:
