@@ -1,0 +1,129 @@
+"""Dynamic batching for `nmt serve`: requests queue their sentences; one model thread takes what is waiting
+(sentences that share search options, up to a token budget) as one batch and resolves each sentence's future.
+
+The asyncio side only submits and awaits; every model call happens on the thread that runs `serve_forever`.
+A sentence waits for company at most `max_delay` seconds, and only while the model is idle: when it is busy,
+whatever queued meanwhile is taken as soon as it is free. Futures cancelled before their batch starts (their
+client left) are dropped unrun.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+Run = Callable[[Any, list[str]], Sequence[Any]]  # (options, sentences) -> one result per sentence, in order
+
+
+class Closed(RuntimeError):
+    """Work submitted after close()."""
+
+
+@dataclass
+class Job:
+    text: str
+    options: Hashable  # only jobs with equal options share a batch (one search setting per batch)
+    request: int  # the request it came from: with batching off, a batch is one request's sentences
+    cost: int  # source tokens, counted against the batch's budget
+    arrived: float
+    future: Future = field(default_factory=Future)
+
+
+class Batcher:
+    def __init__(self, run: Run, cost: Callable[[str], int], max_cost: int, max_delay: float,
+                 batching: bool = True, clock: Callable[[], float] = time.monotonic):
+        self._run, self._cost, self._clock = run, cost, clock
+        self.max_cost, self.max_delay, self.batching = max_cost, max_delay, batching
+        self._pending: list[Job] = []
+        self._pending_cost = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self._request_ids = itertools.count()
+        self.batches = 0  # batches run so far (served on /health: how well requests are merged)
+        self.sentences = 0
+
+    @property
+    def queued(self) -> int:
+        return len(self._pending)
+
+    def submit(self, texts: Sequence[str], options: Hashable) -> list[Future]:
+        """Queue one request's sentences; returns a future per sentence, in order."""
+        request, now = next(self._request_ids), self._clock()
+        jobs = [Job(t, options, request, self._cost(t), now) for t in texts]
+        with self._cond:
+            if self._closed:
+                raise Closed("the server is shutting down")
+            self._pending.extend(jobs)
+            self._pending_cost += sum(j.cost for j in jobs)
+            self._cond.notify()
+        return [j.future for j in jobs]
+
+    def close(self) -> None:
+        """No more submissions; serve_forever finishes what is queued, then returns."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def serve_forever(self) -> None:
+        """The model thread's loop."""
+        while (batch := self._next_batch()) is not None:
+            self._process(batch)
+
+    def _next_batch(self) -> list[Job] | None:
+        with self._cond:
+            while True:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending:
+                    return None  # closed and drained
+                self._wait_for_company()
+                batch = self._take()
+                if batch:
+                    return batch  # else every job looked at was cancelled: look again
+
+    def _wait_for_company(self) -> None:
+        """Hold the oldest sentence back until max_delay after its arrival, unless the budget fills first."""
+        if not self.batching:
+            return
+        deadline = self._pending[0].arrived + self.max_delay
+        while not self._closed and self._pending_cost < self.max_cost:
+            left = deadline - self._clock()
+            if left <= 0:
+                return
+            self._cond.wait(left)
+
+    def _take(self) -> list[Job]:
+        """The oldest job and every later one that may share its batch and fits the budget; the rest stay."""
+        live = [j for j in self._pending if not j.future.cancelled()]  # a client that left: its sentences go
+        batch: list[Job] = []
+        rest: list[Job] = []
+        cost = 0
+        for job in live:
+            first = batch[0] if batch else job
+            fits = job.options == first.options and (self.batching or job.request == first.request)
+            if fits and (not batch or cost + job.cost <= self.max_cost):
+                if job.future.set_running_or_notify_cancel():  # from now on its client cannot cancel it
+                    batch.append(job)
+                    cost += job.cost
+            else:
+                rest.append(job)
+        self._pending = rest
+        self._pending_cost = sum(j.cost for j in rest)
+        return batch
+
+    def _process(self, batch: list[Job]) -> None:
+        try:
+            results = self._run(batch[0].options, [j.text for j in batch])
+        except Exception as e:  # a failed batch fails its requests, never the model thread
+            for job in batch:
+                job.future.set_exception(e)
+            return
+        self.batches += 1
+        self.sentences += len(batch)
+        for job, result in zip(batch, results):
+            job.future.set_result(result)
