@@ -2,9 +2,11 @@
 (sentences that share search options, up to a token budget) as one batch and resolves each sentence's future.
 
 The asyncio side only submits and awaits; every model call happens on the thread that runs `serve_forever`.
-A sentence waits for company at most `max_delay` seconds, and only while the model is idle: when it is busy,
-whatever queued meanwhile is taken as soon as it is free. Futures cancelled before their batch starts (their
-client left) are dropped unrun.
+While the model is busy, work piles up for the next batch. When it is free, it waits at most `max_delay` seconds
+for company, and only while company is due: the clients of the batch it has just answered tend to send their
+next request at once, and waiting the few milliseconds they take merges them into one batch, where they would
+otherwise trickle into two half batches that then alternate for good. One client sending a request at a time
+never waits. Futures cancelled before their batch starts (their client left) are dropped unrun.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ class Job:
     text: str
     options: Hashable  # only jobs with equal options share a batch (one search setting per batch)
     request: int  # the request it came from: with batching off, a batch is one request's sentences
-    cost: int  # source tokens, counted against the batch's budget
     arrived: float
     future: Future = field(default_factory=Future)
+    cost: int | None = None  # source tokens, counted against the batch's budget (by the model thread, when needed)
 
 
 class Batcher:
@@ -40,10 +42,11 @@ class Batcher:
         self._run, self._cost, self._clock = run, cost, clock
         self.max_cost, self.max_delay, self.batching = max_cost, max_delay, batching
         self._pending: list[Job] = []
-        self._pending_cost = 0
         self._cond = threading.Condition()
         self._closed = False
         self._request_ids = itertools.count()
+        self._answered = 0  # sentences of the last batch: company due for the next one
+        self._free_since = clock()  # when the model last became free
         self.batches = 0  # batches run so far (served on /health: how well requests are merged)
         self.sentences = 0
 
@@ -54,12 +57,11 @@ class Batcher:
     def submit(self, texts: Sequence[str], options: Hashable) -> list[Future]:
         """Queue one request's sentences; returns a future per sentence, in order."""
         request, now = next(self._request_ids), self._clock()
-        jobs = [Job(t, options, request, self._cost(t), now) for t in texts]
+        jobs = [Job(t, options, request, now) for t in texts]
         with self._cond:
             if self._closed:
                 raise Closed("the server is shutting down")
             self._pending.extend(jobs)
-            self._pending_cost += sum(j.cost for j in jobs)
             self._cond.notify()
         return [j.future for j in jobs]
 
@@ -76,26 +78,38 @@ class Batcher:
 
     def _next_batch(self) -> list[Job] | None:
         with self._cond:
+            due = len(self._pending) + self._answered  # what waits, and the clients just answered coming back
+            self._answered = 0
             while True:
                 while not self._pending and not self._closed:
                     self._cond.wait()
                 if not self._pending:
                     return None  # closed and drained
-                self._wait_for_company()
+                self._wait_for_company(due)
                 batch = self._take()
                 if batch:
                     return batch  # else every job looked at was cancelled: look again
 
-    def _wait_for_company(self) -> None:
-        """Hold the oldest sentence back until max_delay after its arrival, unless the budget fills first."""
+    def _wait_for_company(self, due: int) -> None:
+        """Wait until `due` sentences are queued, the budget is full, or max_delay has passed since the oldest
+        sentence came or the model became free, whichever was later."""
         if not self.batching:
             return
-        deadline = self._pending[0].arrived + self.max_delay
-        while not self._closed and self._pending_cost < self.max_cost:
+        deadline = max(self._pending[0].arrived, self._free_since) + self.max_delay
+        while not self._closed and len(self._pending) < due and self._queued_cost() < self.max_cost:
             left = deadline - self._clock()
             if left <= 0:
                 return
             self._cond.wait(left)
+
+    def _cost_of(self, job: Job) -> int:
+        """Counted here, on the model thread: tokenizing on the event loop slowed every request there."""
+        if job.cost is None:
+            job.cost = self._cost(job.text)
+        return job.cost
+
+    def _queued_cost(self) -> int:
+        return sum(self._cost_of(j) for j in self._pending)
 
     def _take(self) -> list[Job]:
         """The oldest job and every later one that may share its batch and fits the budget; the rest stay."""
@@ -106,14 +120,13 @@ class Batcher:
         for job in live:
             first = batch[0] if batch else job
             fits = job.options == first.options and (self.batching or job.request == first.request)
-            if fits and (not batch or cost + job.cost <= self.max_cost):
+            if fits and (not batch or cost + self._cost_of(job) <= self.max_cost):
                 if job.future.set_running_or_notify_cancel():  # from now on its client cannot cancel it
                     batch.append(job)
-                    cost += job.cost
+                    cost += self._cost_of(job)
             else:
                 rest.append(job)
         self._pending = rest
-        self._pending_cost = sum(j.cost for j in rest)
         return batch
 
     def _process(self, batch: list[Job]) -> None:
@@ -123,6 +136,8 @@ class Batcher:
             for job in batch:
                 job.future.set_exception(e)
             return
+        finally:
+            self._answered, self._free_since = len(batch), self._clock()
         self.batches += 1
         self.sentences += len(batch)
         for job, result in zip(batch, results):

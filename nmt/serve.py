@@ -320,7 +320,7 @@ class Api:
             self.requests -= 1
 
     # ---- endpoints
-    def health(self) -> JSONResponse:
+    async def health(self) -> JSONResponse:  # async: FastAPI would run a plain def on a worker thread
         if self.service.error is not None:
             return JSONResponse({"status": "failed", "error": self.service.error}, status_code=503)
         batcher = self.service.batcher
@@ -329,7 +329,7 @@ class Api:
         return JSONResponse({"status": "ready", "requests": self.requests, "queued": batcher.queued,
                              "batches": batcher.batches, "sentences": batcher.sentences})
 
-    def info(self) -> JSONResponse:
+    async def info(self) -> JSONResponse:
         m = self.model()
         t = m.translator
         return JSONResponse({
@@ -340,7 +340,7 @@ class Api:
             "serve": {k: v for k, v in dataclasses.asdict(self.limits).items() if k not in ("host", "port")},
         })
 
-    def languages(self) -> JSONResponse:
+    async def languages(self) -> JSONResponse:
         src, tgt = self.model().langs
         return JSONResponse([{"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": targets}
                              for code, targets in ((src, [tgt]), (tgt, []))])

@@ -95,24 +95,43 @@ def test_batcher_drops_work_whose_client_left_and_a_failed_batch_fails_only_its_
     assert fine[0].result() == "y:d" and gone[1].result() == "x:b"
 
 
-def test_batcher_waits_for_company_at_most_max_delay_and_not_once_the_budget_is_full():
-    b, batches = recording_batcher(max_delay=0.5)
-    worker = threading.Thread(target=b.serve_forever)
+@contextlib.contextmanager
+def model_thread(batcher: Batcher) -> Iterator[None]:
+    worker = threading.Thread(target=batcher.serve_forever)
     worker.start()
     try:
-        first = b.submit(["a"], "x")
-        time.sleep(0.1)  # the model is idle: "a" waits for company, and "b" comes within max_delay
-        second = b.submit(["b"], "x")
-        assert first[0].result(timeout=10) == "x:a" and second[0].result(timeout=10) == "x:b"
-        assert batches == [("x", ["a", "b"])]
-        b.max_delay, b.max_cost = 60.0, 2
-        started = time.monotonic()
-        assert b.submit(["cc"], "x")[0].result(timeout=10) == "x:cc"  # fills the budget: no waiting
-        assert time.monotonic() - started < 10
+        yield
     finally:
-        b.close()
-        worker.join(10)
+        batcher.close()
+        worker.join(30)
     assert not worker.is_alive()
+
+
+def test_batcher_waits_for_the_clients_it_answered_but_never_for_a_lone_client():
+    b, batches = recording_batcher(max_delay=60.0)
+    with model_thread(b):
+        started = time.monotonic()
+        for text in ("a", "b"):  # one client, one request at a time: nobody else is due, nothing to wait for
+            assert b.submit([text], "x")[0].result(timeout=30) == f"x:{text}"
+        assert b.submit(["c", "d"], "x")[1].result(timeout=30) == "x:d"  # 2 sentences answered ...
+        first = b.submit(["e"], "x")  # ... so the next batch waits for a second one
+        time.sleep(0.1)
+        second = b.submit(["f"], "x")
+        assert first[0].result(timeout=30) == "x:e" and second[0].result(timeout=30) == "x:f"
+        assert time.monotonic() - started < 30  # never the whole max_delay
+        assert batches == [("x", ["a"]), ("x", ["b"]), ("x", ["c", "d"]), ("x", ["e", "f"])]
+        b.max_cost = 2  # a full budget ends the wait too
+        assert b.submit(["gg"], "x")[0].result(timeout=30) == "x:gg"
+
+
+def test_batcher_waits_for_company_at_most_max_delay():
+    b, batches = recording_batcher(max_delay=0.3)
+    with model_thread(b):
+        b.submit(["a", "b"], "x")[1].result(timeout=30)
+        started = time.monotonic()
+        assert b.submit(["c"], "x")[0].result(timeout=30) == "x:c"  # the second sentence due never comes
+        assert 0.29 <= time.monotonic() - started < 30
+    assert batches == [("x", ["a", "b"]), ("x", ["c"])]
 
 
 def test_serve_config_keys_are_checked():
@@ -474,10 +493,13 @@ def test_a_stop_signal_answers_every_request_in_flight_and_exits_0(tmp_path, lin
     run_dir.mkdir()
     shutil.copy(CHECKPOINT, run_dir / "averaged.pt")
     before = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in run_dir.iterdir()}
-    requests = 6
+    requests = 5
     answers: dict[int, list[str]] = {}
-    # the idle model holds the first sentence back 2 s for company: every request is still queued at the signal
     with serving(tmp_path, "--set", "serve.max_delay_ms=2000", checkpoint=run_dir / "averaged.pt") as s:
+        # 110 sentences answered at once: the free model then waits (2 s at most) for 110 to come back, so the
+        # 100 sentences of the requests below are all still queued when the signal comes
+        primer = httpx.post(f"{s.url}/v1/translate", json={"sentences": lines + lines[:5]}, timeout=120)
+        assert primer.status_code == 200
 
         def client(i: int) -> None:
             reply = httpx.post(f"{s.url}/v1/translate", json={"sentences": lines[10 * i:10 * i + 20]}, timeout=120)
@@ -490,7 +512,7 @@ def test_a_stop_signal_answers_every_request_in_flight_and_exits_0(tmp_path, lin
             if (health := s.health())["requests"] == requests:
                 break
             time.sleep(0.005)
-        assert (health["requests"], health["queued"], health["sentences"]) == (requests, 20 * requests, 0)
+        assert (health["requests"], health["queued"], health["sentences"]) == (requests, 20 * requests, 110)
         s.proc.send_signal(sig)
         for t in threads:
             t.join(120)
