@@ -105,7 +105,10 @@ class Batcher:
     def _cost_of(self, job: Job) -> int:
         """Counted here, on the model thread: tokenizing on the event loop slowed every request there."""
         if job.cost is None:
-            job.cost = self._cost(job.text)
+            try:
+                job.cost = self._cost(job.text)
+            except Exception:  # the model thread must live on: the sentence's batch will report what is wrong
+                job.cost = 1
         return job.cost
 
     def _queued_cost(self) -> int:
@@ -132,6 +135,8 @@ class Batcher:
     def _process(self, batch: list[Job]) -> None:
         try:
             results = self._run(batch[0].options, [j.text for j in batch])
+            if len(results) != len(batch):  # else some futures would never be resolved: their clients would hang
+                raise RuntimeError(f"{len(results)} results for {len(batch)} sentences")
         except Exception as e:  # a failed batch fails its requests, never the model thread
             for job in batch:
                 job.future.set_exception(e)

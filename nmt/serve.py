@@ -17,6 +17,7 @@ import contextlib
 import copy
 import dataclasses
 import hmac
+import logging
 import signal
 import socket
 import threading
@@ -316,6 +317,11 @@ class Api:
         self.requests += 1
         try:
             return await _results(request, futures)
+        except HTTPException:
+            raise
+        except Exception as e:  # the model failed on this batch: the operator gets the traceback, the client a line
+            logging.getLogger("uvicorn.error").error("translation failed", exc_info=e)
+            raise ApiError(500, f"translation failed: {first_line(e)}") from None
         finally:
             self.requests -= 1
 

@@ -45,9 +45,14 @@ def recording_batcher(**kwargs) -> tuple[Batcher, list[tuple[str, list[str]]]]:
         if options == "broken":
             raise RuntimeError("model failed")
         batches.append((options, list(texts)))
-        return [f"{options}:{t}" for t in texts]
+        return [f"{options}:{t}" for t in texts][:None if options != "short" else -1]
 
-    return Batcher(run, cost=len, **{"max_cost": 100, "max_delay": 0.0, **kwargs}), batches
+    def cost(text: str) -> int:
+        if text == "uncountable":
+            raise ValueError(text)
+        return len(text)
+
+    return Batcher(run, cost=cost, **{"max_cost": 100, "max_delay": 0.0, **kwargs}), batches
 
 
 def drain(batcher: Batcher) -> None:
@@ -86,13 +91,16 @@ def test_batcher_drops_work_whose_client_left_and_a_failed_batch_fails_only_its_
     b, batches = recording_batcher()
     gone = b.submit(["a", "b"], "x")
     broken = b.submit(["c"], "broken")
-    fine = b.submit(["d"], "y")
+    short = b.submit(["e", "f"], "short")  # a run that loses a result must not leave a client waiting forever
+    fine = b.submit(["d", "uncountable"], "y")
     assert gone[0].cancel()
     drain(b)
-    assert batches == [("x", ["b"]), ("y", ["d"])]
+    assert batches == [("x", ["b"]), ("short", ["e", "f"]), ("y", ["d", "uncountable"])]
     with pytest.raises(RuntimeError, match="model failed"):
         broken[0].result()
-    assert fine[0].result() == "y:d" and gone[1].result() == "x:b"
+    with pytest.raises(RuntimeError, match="1 results for 2 sentences"):
+        short[1].result()
+    assert [f.result() for f in fine] == ["y:d", "y:uncountable"] and gone[1].result() == "x:b"
 
 
 @contextlib.contextmanager
@@ -174,6 +182,31 @@ def test_health_is_503_until_the_model_is_loaded():
         assert health.json()["status"] == "ready"
         answer = client.post("/v1/translate", json={"sentences": ["forty-two"]})
         assert answer.status_code == 200 and answer.json()["translations"][0]["text"]
+
+
+def test_a_failing_batch_is_a_json_500_and_the_server_lives_on():
+    from fastapi.testclient import TestClient
+
+    from nmt.serve import ServeOptions, Service, create_app, load_model
+
+    def broken(lines, **kwargs):
+        raise RuntimeError("out of memory\n(details)")
+
+    def load():
+        model = load_model(CHECKPOINT, Config(), ServeOptions(dtype="fp32", config_given=False))
+        model.translator.translate_chunk = broken
+        return model
+
+    limits = Config().serve
+    with TestClient(create_app(Service(load, limits), limits)) as client:
+        for _ in range(600):
+            if client.get("/health").status_code == 200:
+                break
+            time.sleep(0.05)
+        for _ in range(2):
+            reply = client.post("/translate", json={"q": "forty-two"})
+            assert reply.status_code == 500 and reply.json() == {"error": "translation failed: out of memory"}
+        assert client.get("/health").json()["status"] == "ready"
 
 
 # --------------------------------------------------------------------------- real servers
