@@ -13,7 +13,7 @@ STAMP := .install.stamp
 # a GPU user installs their own torch beforehand and it is kept.
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[dev,plot]"
+	$(PIP) install -q -e ".[dev,plot,serve]"
 	@touch $(STAMP)
 
 install: $(STAMP)

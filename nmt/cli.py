@@ -30,7 +30,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 ConfigOpt = Annotated[
     Path | None,
-    typer.Option("--config", "-c", help="YAML config (sections data/model/train/decode); defaults apply without it."),
+    typer.Option("--config", "-c",
+                 help="YAML config (sections data/model/train/decode/serve); defaults apply without it."),
 ]
 SetOpt = Annotated[
     list[str] | None,
@@ -294,6 +295,44 @@ def import_(
     from nmt.marian import import_model
 
     import_model(source, output, src_lang=src_lang, tgt_lang=tgt_lang)
+
+
+@app.command()
+@user_errors
+def serve(
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    checkpoint: Annotated[Path | None, typer.Option(
+        help="Checkpoint to serve (default: averaged.pt, else best.pt, else last.pt of train.run_dir).")] = None,
+    host: Annotated[str | None, typer.Option(help="Address to listen on (serve.host, default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (serve.port, default 5000; 0 = any free port).")] = None,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
+    dtype: Annotated[str, typer.Option(
+        help="auto | fp32 | bf16 | fp16 (fp16 on CUDA only). auto: bf16 on CPUs with native bf16, else fp32."),
+    ] = "auto",
+    threads: Annotated[int, typer.Option(help="CPU threads of the model (0 = torch default).")] = 0,
+    quantize: Annotated[str | None, typer.Option(
+        help="'int8': dynamic int8 quantization of Linear layers (CPU speed-up).")] = None,
+    api_key: Annotated[str | None, typer.Option(
+        envvar="NMT_API_KEY", help="Require this key on translation requests: LibreTranslate's api_key field or an "
+                                   "'Authorization: Bearer KEY' header (403 otherwise).")] = None,
+    access_log: Annotated[bool, typer.Option(
+        "--access-log/--no-access-log", help="Log each request on stderr.")] = True,
+) -> None:
+    """Serve translations over HTTP with dynamic batching (needs nmt\\[serve]): LibreTranslate-compatible
+    POST /translate and GET /languages, native POST /v1/translate, GET /health, GET /v1/info.
+
+    Limits and batching: --set serve.KEY=VALUE (see nmt/config.py). Without --config, the search settings
+    are those the checkpoint was trained with; --set decode.KEY=VALUE overrides them. Stops on Ctrl-C or
+    SIGTERM after answering the requests in flight.
+    """
+    from nmt import serve as command
+
+    settings = _settings(overrides, **{"serve.host": host, "serve.port": port})
+    opts = command.ServeOptions(checkpoint=checkpoint, device=device, dtype=dtype, threads=threads, quantize=quantize,
+                                api_key=api_key, access_log=access_log, config_given=config is not None,
+                                decode_overrides=settings)
+    command.run(_config(config, settings), opts)
 
 
 def main(args: list[str] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""Experiment configuration: four dataclass sections loaded from YAML with `--set a.b=c` overrides.
+"""Experiment configuration: dataclass sections loaded from YAML with `--set a.b=c` overrides.
 
 Every key is checked: an unknown key or a value of the wrong type is a one-line `ConfigError`
 that names the key and suggests the closest valid one.
@@ -145,11 +145,27 @@ class DecodeConfig:
 
 
 @dataclass
+class ServeConfig:
+    """`nmt serve`: where it listens, how it batches, and what one request may ask for."""
+
+    host: str = "127.0.0.1"
+    port: int = 5000  # LibreTranslate's port
+    batching: bool = True  # false: one request at a time (for comparison; the OpenNMT-py server's way)
+    max_delay_ms: float = 20.0  # longest the free model waits for the clients it just answered (see nmt.batcher)
+    max_body_bytes: int = 1_000_000  # request body (413 above)
+    max_sentences: int = 128  # sentences (lines) per request (400 above)
+    max_chars: int = 2000  # characters per sentence (400 above)
+    max_beam: int = 16  # largest beam (and n-best) a request may ask for
+    shutdown_timeout: float = 60.0  # seconds in-flight requests get to finish on SIGTERM/Ctrl-C
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
     def __post_init__(self) -> None:
         self.given: set[str] = set()  # "section.key" set by a config file or --set (the rest are defaults)
@@ -285,6 +301,7 @@ def validate(cfg: Config) -> None:
     validate_model(cfg.model)
     validate_train(cfg.train)
     validate_decode(cfg.decode)
+    validate_serve(cfg.serve)
 
 
 def _check(checks: list[tuple[bool, str]]) -> None:
@@ -362,4 +379,17 @@ def validate_decode(d: DecodeConfig) -> None:
         (d.max_tokens > 0 and d.chunk_lines > 0, "decode.max_tokens/chunk_lines must be > 0"),
         (d.max_input_tokens > 0, "decode.max_input_tokens must be > 0"),
         (d.length_penalty_type in ("gnmt", "average"), "decode.length_penalty_type must be gnmt|average"),
+    ])
+
+
+def validate_serve(s: ServeConfig) -> None:
+    _check([
+        (0 <= s.port < 2**16, f"serve.port must be in [0, 65535], got {s.port}"),
+        (math.isfinite(s.max_delay_ms) and s.max_delay_ms >= 0,
+         f"serve.max_delay_ms must be finite and >= 0, got {s.max_delay_ms}"),
+        *[(value > 0, f"serve.{key} must be > 0, got {value}") for key, value in
+          (("max_body_bytes", s.max_body_bytes), ("max_sentences", s.max_sentences), ("max_chars", s.max_chars),
+           ("max_beam", s.max_beam))],
+        (math.isfinite(s.shutdown_timeout) and s.shutdown_timeout > 0,
+         f"serve.shutdown_timeout must be finite and > 0, got {s.shutdown_timeout}"),
     ])
