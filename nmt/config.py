@@ -342,6 +342,7 @@ def validate_model(m: ModelConfig) -> None:
 
 
 ACTIVATIONS = ("relu", "gelu", "swish")
+LENGTH_PENALTY_TYPES = ("gnmt", "average")  # the forms nmt.search.length_penalty_divisor computes
 
 
 def validate_train(t: TrainConfig) -> None:
@@ -378,7 +379,8 @@ def validate_decode(d: DecodeConfig) -> None:
         (1 <= d.nbest <= d.beam, "decode.nbest must be between 1 and decode.beam"),
         (d.max_tokens > 0 and d.chunk_lines > 0, "decode.max_tokens/chunk_lines must be > 0"),
         (d.max_input_tokens > 0, "decode.max_input_tokens must be > 0"),
-        (d.length_penalty_type in ("gnmt", "average"), "decode.length_penalty_type must be gnmt|average"),
+        (d.length_penalty_type in LENGTH_PENALTY_TYPES,
+         f"decode.length_penalty_type must be {'|'.join(LENGTH_PENALTY_TYPES)}"),
     ])
 
 

@@ -33,9 +33,6 @@ class Hypothesis:
     attention: Tensor | None = None
 
 
-LENGTH_PENALTIES = ("gnmt", "average")
-
-
 def length_penalty_divisor(length: int, alpha: float, kind: str = "gnmt") -> float:
     """What a hypothesis's log-probability is divided by; `length` counts its tokens, EOS included.
     gnmt (Wu et al. 2016): ((5 + length) / 6) ** alpha. average: length ** alpha, the form of Hugging Face
