@@ -83,8 +83,7 @@ class Served:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(args.threads)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "nmt", "serve", "--checkpoint", str(args.checkpoint), "--port", str(self.port),
-             "--threads", str(args.threads), "--dtype", args.dtype, "--no-access-log",
-             "--set", f"serve.max_delay_ms={args.max_delay_ms}", *extra],
+             "--threads", str(args.threads), "--dtype", args.dtype, "--no-access-log", *extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
         deadline = time.monotonic() + 300
         while self.health() != 200:
@@ -183,7 +182,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed rounds")
     p.add_argument("--threads", type=int, default=2, help="torch threads (in-process and in each server)")
     p.add_argument("--dtype", default="auto", help="as nmt translate/serve --dtype")
-    p.add_argument("--max-delay-ms", type=float, default=5.0, help="serve.max_delay_ms of the batching server")
+    p.add_argument("--max-delay-ms", type=float, help="serve.max_delay_ms of the batching server (default: its own)")
     args = p.parse_args()
     lines = args.source.read_text(encoding="utf-8").splitlines()[:args.sentences]
     clients = [int(c) for c in args.clients.split(",")]
@@ -193,7 +192,8 @@ def main() -> None:
     translator = Translator(state, checkpoint_decode(state, [], args.checkpoint), dtype=args.dtype)
     print(f"{len(lines)} sentences of {args.source.name}, {args.checkpoint}: beam {translator.decode.beam}, "
           f"{translator.dtype}, {args.threads} threads; starting the servers", file=sys.stderr)
-    servers = {"batched": Served(args), "unbatched": Served(args, "--set", "serve.batching=false")}
+    delay = [] if args.max_delay_ms is None else ["--set", f"serve.max_delay_ms={args.max_delay_ms}"]
+    servers = {"batched": Served(args, *delay), "unbatched": Served(args, "--set", "serve.batching=false")}
     contestants: dict[str, Callable[[list[str]], Run]] = {
         "offline": lambda xs: offline(translator, xs),
         "in-process 1 by 1": lambda xs: one_at_a_time(translator, xs),

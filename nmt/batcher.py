@@ -45,7 +45,7 @@ class Batcher:
         self._cond = threading.Condition()
         self._closed = False
         self._request_ids = itertools.count()
-        self._answered = 0  # sentences of the last batch: company due for the next one
+        self._due = 0  # sentences the next batch waits for (see _finished)
         self._free_since = clock()  # when the model last became free
         self.batches = 0  # batches run so far (served on /health: how well requests are merged)
         self.sentences = 0
@@ -78,8 +78,7 @@ class Batcher:
 
     def _next_batch(self) -> list[Job] | None:
         with self._cond:
-            due = len(self._pending) + self._answered  # what waits, and the clients just answered coming back
-            self._answered = 0
+            due, self._due = self._due, 0
             while True:
                 while not self._pending and not self._closed:
                     self._cond.wait()
@@ -132,6 +131,13 @@ class Batcher:
         self._pending = rest
         return batch
 
+    def _finished(self, answered: int) -> None:
+        """Company due for the next batch: what queued meanwhile, and the clients about to be answered coming back.
+        Counted before any answer goes out: a client quick to send its next request must not count twice."""
+        with self._cond:
+            self._due = len(self._pending) + answered
+            self._free_since = self._clock()
+
     def _process(self, batch: list[Job]) -> None:
         try:
             results = self._run(batch[0].options, [j.text for j in batch])
@@ -142,7 +148,7 @@ class Batcher:
                 job.future.set_exception(e)
             return
         finally:
-            self._answered, self._free_since = len(batch), self._clock()
+            self._finished(len(batch))
         self.batches += 1
         self.sentences += len(batch)
         for job, result in zip(batch, results):

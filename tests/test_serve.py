@@ -132,6 +132,25 @@ def test_batcher_waits_for_the_clients_it_answered_but_never_for_a_lone_client()
         assert b.submit(["gg"], "x")[0].result(timeout=30) == "x:gg"
 
 
+def test_batcher_does_not_hold_back_a_client_quick_with_its_next_request():
+    release = threading.Event()
+
+    def run(options: str, texts: list[str]) -> list[str]:
+        assert release.wait(30)
+        return texts
+
+    b = Batcher(run, cost=len, max_cost=100, max_delay=60.0)
+    follow_up: list = []
+    with model_thread(b):
+        first = b.submit(["a"], "x")[0]
+        # the answer's callback sends the next request at once, before the model thread is back for more work:
+        # one sentence answered, one come back, nothing else due
+        first.add_done_callback(lambda f: follow_up.extend(b.submit(["b"], "x")))
+        release.set()
+        assert first.result(timeout=30) == "a"
+        assert follow_up and follow_up[0].result(timeout=30) == "b"
+
+
 def test_batcher_waits_for_company_at_most_max_delay():
     b, batches = recording_batcher(max_delay=0.3)
     with model_thread(b):
