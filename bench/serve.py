@@ -51,7 +51,7 @@ import torch
 from common import ROOT, OtherLoad, median, table
 
 from nmt import checkpoint
-from nmt.translate import Translator, checkpoint_decode
+from nmt.translator import Translator, checkpoint_decode
 
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k" / "test2016.en"
 

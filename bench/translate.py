@@ -36,7 +36,7 @@ with the others. Goal: ours >= 2x HF generate() at batch 32.
 --dtype bf16 runs ours and HF with bfloat16 weights and activations (on CPUs with AVX512-BF16/AMX, oneDNN's
 bf16 matrix multiplies are several times faster than fp32); CTranslate2 has no bf16 on CPU and is left out.
 --dtype int8 applies PyTorch dynamic int8 quantization to the nn.Linear layers of ours and of HF (ours through
-`nmt.translate.quantize_int8`, as `nmt translate --quantize int8`, which quantizes a copy of the tied output
+`nmt.translator.quantize_int8`, as `nmt translate --quantize int8`, which quantizes a copy of the tied output
 projection too; HF's lm_head is an nn.Linear), and runs CTranslate2 with compute_type int8.
 
 --floor records the matrix multiplies of one call of ours (shapes, strides, dtype) and times them alone,
@@ -76,7 +76,7 @@ from common import (
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nmt.search import beam_search
-from nmt.translate import quantize_int8
+from nmt.translator import quantize_int8
 
 BEAM, ALPHA = 4, 0.6
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
@@ -287,7 +287,7 @@ def contestants(name: str, args, workdir: str, use_ct2: bool):
     from nmt.config import config_from_dict
     from nmt.marian import import_model
     from nmt.tokenizer import Tokenizer
-    from nmt.translate import load_model
+    from nmt.translator import load_model
 
     model_dir = Path(args.marian_dir) if name == "marian-dir" else opus_mt_dir(Path(workdir) / name)
     state = checkpoint.load(import_model(str(model_dir), Path(workdir) / f"{name}.pt"))

@@ -321,7 +321,7 @@ class Transformer(nn.Module):
 
     def _project(self, x: Tensor) -> Tensor:
         """Output logits with the (tied) target embedding matrix (and the output bias, if the model has one), or
-        with `output_layer` when inference set one (nmt.translate's int8 copy of that matrix)."""
+        with `output_layer` when inference set one (nmt.translator's int8 copy of that matrix)."""
         if self.output_layer is not None:
             return self.output_layer(x)
         if x.dim() == 2 and x.dtype == torch.float32 and x.device.type == "cpu" and not torch.is_grad_enabled():

@@ -37,7 +37,7 @@ from nmt.config import Config, ServeConfig
 from nmt.errors import NmtError, first_line
 from nmt.log import console
 from nmt.rundir import checkpoint_to_translate
-from nmt.translate import Translation, Translator, checkpoint_decode
+from nmt.translator import Translation, Translator, checkpoint_decode
 
 INSTALL_HINT = "serving needs FastAPI and uvicorn: pip install 'nmt[serve]'"
 try:  # the optional extra: without it `nmt serve` is one error line, like plotting without matplotlib
@@ -151,14 +151,10 @@ class Service:
         return self._searcher(search).translate_chunk(lines)
 
     def _searcher(self, search: Search) -> Translator:
-        """The loaded Translator with other search settings: a shallow copy (same model and tokenizer) whose
-        DecodeConfig is a replaced copy, so the shared one is never mutated."""
+        """The loaded Translator with this request's search settings (same model and tokenizer)."""
         assert self.model is not None
         if search not in self._searchers:
-            base = self.model.translator
-            view = copy.copy(base)
-            view.decode = dataclasses.replace(base.decode, beam=search.beam, nbest=search.nbest)
-            self._searchers[search] = view
+            self._searchers[search] = self.model.translator.with_decode(beam=search.beam, nbest=search.nbest)
         return self._searchers[search]
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from nmt.config import DecodeConfig
 from nmt.demo import number_to_de, number_to_en
-from nmt.translate import Translator
+from nmt.translator import Translator
 
 
 @pytest.fixture(scope="module")

@@ -205,7 +205,7 @@ def test_translate_any_bytes_one_line_out_per_line_in(checkpoint_path, data, to_
 
 
 def test_translate_failure_midway_leaves_no_partial_output(checkpoint_path, tmp_path, monkeypatch):
-    from nmt.translate import Translator
+    from nmt.translator import Translator
 
     out = tmp_path / "out.txt"
     out.write_text("the previous, complete translation\n")

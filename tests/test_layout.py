@@ -12,7 +12,6 @@ NMT = Path(__file__).resolve().parents[1] / "nmt"
 MODULES = sorted(p.stem for p in NMT.glob("*.py"))
 CLI = {"cli", "__main__"}
 COMMANDS = {"prepare", "train", "translate", "info", "marian", "serve"}  # orchestrate the core, never each other
-BUILDS_ON = {"serve": {"translate"}}  # except: serve puts translate's Translator behind HTTP
 # the core of the core: they know nothing of files, configs or tokenizers (nmt modules they may import)
 TORCH_ONLY = {"model": {"decoding"}, "decoding": set(), "search": set()}
 
@@ -65,7 +64,7 @@ def test_dependencies_point_from_cli_to_commands_to_core():
             continue
         assert not deps & CLI, f"{m} imports the CLI"
         if m in COMMANDS:
-            others = deps & COMMANDS - BUILDS_ON.get(m, set())
+            others = deps & COMMANDS
             assert not others, f"command {m} imports command(s) {others}"
         else:
             assert not deps & COMMANDS, f"core module {m} imports command(s) {deps & COMMANDS}"

@@ -32,7 +32,7 @@ from nmt.prepare import prepare  # noqa: E402
 from nmt.rundir import RunDir  # noqa: E402
 from nmt.tokenizer import Tokenizer  # noqa: E402
 from nmt.train import train  # noqa: E402
-from nmt.translate import Translator  # noqa: E402
+from nmt.translator import Translator  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")  # MarianTokenizer's
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import pytest
 from nmt.config import DecodeConfig, load_config
 from nmt.prepare import prepare
 from nmt.train import train
-from nmt.translate import Translator
+from nmt.translator import Translator
 
 from .conftest import MULTI30K
 

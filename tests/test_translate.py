@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import dataclasses
 import io
 import itertools
 import struct
@@ -22,14 +21,6 @@ def translator(demo_run) -> Translator:
     return Translator.from_checkpoint(demo_run / "averaged.pt", DecodeConfig(chunk_lines=7))
 
 
-def with_decode(t: Translator, **changes) -> Translator:
-    """The same loaded model with other search settings (no reload)."""
-    clone = object.__new__(Translator)
-    clone.__dict__.update(t.__dict__)
-    clone.decode = dataclasses.replace(t.decode, **changes)
-    return clone
-
-
 def texts(t: Translator, lines: list[str]) -> list[str]:
     return [r.text[0] for r in t.stream(lines)]
 
@@ -37,7 +28,7 @@ def texts(t: Translator, lines: list[str]) -> list[str]:
 def test_the_demo_model_translates_and_beam_is_not_worse_than_greedy(translator, demo_data):
     src = (demo_data / "test.en").read_text(encoding="utf-8").splitlines()
     ref = (demo_data / "test.de").read_text(encoding="utf-8").splitlines()
-    beam_out, greedy_out = list(translator.stream(src)), list(with_decode(translator, beam=1).stream(src))
+    beam_out, greedy_out = list(translator.stream(src)), list(translator.with_decode(beam=1).stream(src))
     beam = corpus_bleu([r.text[0] for r in beam_out], [ref])
     greedy = corpus_bleu([r.text[0] for r in greedy_out], [ref])
     assert greedy > 15, "the fixture model should have learned something"
@@ -63,7 +54,7 @@ def test_one_output_line_per_input_line_in_order(translator):
 @given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
                 .map(lambda s: s.replace("\n", " ")), max_size=12))
 def test_line_count_invariant_property(translator, lines):
-    fast = with_decode(translator, beam=2, max_len_b=5)
+    fast = translator.with_decode(beam=2, max_len_b=5)
     assert len(list(fast.stream(lines))) == len(lines)
 
 
@@ -83,15 +74,15 @@ def test_streaming_is_lazy(translator):
 
 def test_nbest_lists_are_sorted_and_distinct(translator, demo_data):
     src = (demo_data / "test.en").read_text(encoding="utf-8").splitlines()[:10]
-    for result in with_decode(translator, beam=4, nbest=4).stream(src):
+    for result in translator.with_decode(beam=4, nbest=4).stream(src):
         scores = [h.score for h in result.hypotheses]
         assert len(result.hypotheses) == 4 and scores == sorted(scores, reverse=True)
         assert len({tuple(h.tokens) for h in result.hypotheses}) == 4
 
 
 def test_long_input_is_truncated_with_a_warning(translator):
-    short = with_decode(translator, max_input_tokens=5)
-    short.max_src = 5
+    short = translator.with_decode(max_input_tokens=5)
+    assert short.max_src == 5 and translator.max_src > 5  # the original keeps its settings
     warnings: list[str] = []
     short.warn = warnings.append
     result = short.translate_chunk(["one two three four five six seven eight nine ten"])[0]
@@ -249,7 +240,7 @@ def test_scores_with_nbest_add_the_log_prob(demo_run, tmp_path):
 def test_dtype_auto_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
     import torch
 
-    from nmt import translate as translate_mod
+    from nmt import translator as translate_mod
 
     cpu = torch.device("cpu")
     for native, expected in ((True, "bf16"), (False, "fp32")):
@@ -263,7 +254,7 @@ def test_int8_quantizes_the_output_projection_too(demo_run):
     """--quantize int8 gives the tied output projection an int8 copy (as HF's lm_head and CTranslate2's output
     layer are quantized); translations stay those of the fp32 model on the demo test set but a few."""
     from nmt.config import DecodeConfig
-    from nmt.translate import Translator
+    from nmt.translator import Translator
 
     state = checkpoint.load(demo_run / "averaged.pt")
     int8 = Translator(state, DecodeConfig(beam=1), dtype="fp32", quantize="int8")
