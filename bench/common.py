@@ -24,8 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as `python bench/x.py` from anywhere without installing
 
 from nmt.config import ModelConfig, load_config  # noqa: E402
+from nmt.device import keep_freed_memory  # noqa: E402
 from nmt.model import Transformer  # noqa: E402
 from nmt.tokenizer import NMT_IDS  # noqa: E402
+
+# as `nmt train/translate/serve` do; process-wide, so the peers timed in this process get it too
+keep_freed_memory()
 
 # the special ids of every SentencePiece model nmt trains; the HF model is configured with the same ones
 PAD, UNK, BOS, EOS = NMT_IDS.pad, NMT_IDS.unk, NMT_IDS.bos, NMT_IDS.eos

@@ -267,7 +267,7 @@ class Transformer(nn.Module):
     other values describe published models that differ (Marian: swish, halves, a fixed logits bias).
     """
 
-    INITIAL_CACHE = 16  # positions preallocated by init_cache before doubling (except on CPU, see there)
+    INITIAL_CACHE = 16  # positions preallocated by init_cache before doubling
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_heads: int = 8,
                  d_ff: int = 2048, encoder_layers: int = 6, decoder_layers: int = 6, dropout: float = 0.1,
@@ -379,12 +379,12 @@ class Transformer(nn.Module):
     def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int) -> DecoderCache:
         """Decoding state for the rows of `memory`; max_len is the expected number of steps.
 
-        On CPU the cache reserves all max_len positions at once: the OS commits pages only when they are
-        written, so unused capacity costs no memory, while each doubling would cost a copy and fresh
-        pages. On accelerators memory is committed at allocation, so there the capacity doubles."""
+        The capacity starts at INITIAL_CACHE positions and doubles (up to max_len) as decoding goes on: a
+        cache reserving all max_len positions at once costs nothing extra only while its pages stay fresh,
+        and with freed memory reused (`nmt.device.keep_freed_memory`) they are not."""
         cross_kv = torch.stack([torch.stack(layer.cross_attn.kv(memory)) for layer in self.decoder_layers])
         L, _, B, H, _, Dh = cross_kv.shape
-        capacity = max(1, max_len if memory.device.type == "cpu" else min(max_len, self.INITIAL_CACHE))
+        capacity = max(1, min(max_len, self.INITIAL_CACHE))
         self_kv = cross_kv.new_empty(L, 2, B, H, capacity, 1, Dh)
         slots = torch.zeros(B, 1, capacity, dtype=torch.long, device=memory.device)
         return DecoderCache(cross_kv, _attend_mask(src_pad_mask), self_kv, slots, max_len=max_len)

@@ -34,6 +34,7 @@ import torch
 from nmt import checkpoint
 from nmt.batcher import Batcher, Closed
 from nmt.config import Config, ServeConfig
+from nmt.device import keep_freed_memory
 from nmt.errors import NmtError, first_line
 from nmt.log import console
 from nmt.rundir import checkpoint_to_translate
@@ -525,6 +526,7 @@ def _stop_once_started(server: Any, wait: float = 60.0) -> None:
 
 def run(cfg: Config, opts: ServeOptions) -> None:
     """The `nmt serve` command: returns when the server was stopped (SIGTERM / Ctrl-C)."""
+    keep_freed_memory()
     ckpt = checkpoint_to_translate(opts.checkpoint, cfg.train.run_dir, opts.config_given)
     if not ckpt.is_file():
         raise NmtError(f"checkpoint not found: {ckpt}")

@@ -22,7 +22,7 @@ from nmt import checkpoint, distributed, trainstate
 from nmt.batching import Batch, TokenBatchSampler, batches_from_dataset, split_batch
 from nmt.config import Config, config_from_dict, inherit_model
 from nmt.datadir import DataDir
-from nmt.device import pick_device
+from nmt.device import keep_freed_memory, pick_device
 from nmt.errors import NmtError
 from nmt.log import Reporter, console
 from nmt.loss import projected_label_smoothed_loss
@@ -404,6 +404,7 @@ def train(cfg: Config, *, force: bool = False, progress: bool | None = None) -> 
 
 def run(cfg: Config, *, force: bool = False, progress: bool | None = None) -> dict[str, Any]:
     """The `nmt train` command: train, then one summary line."""
+    keep_freed_memory()
     summary = train(cfg, force=force, progress=progress)
     best = f", best {cfg.train.best_by} {summary['best']:.2f}" if summary["best"] is not None else ""
     skipped = [f"{summary[key]} {what}" for key, what in (

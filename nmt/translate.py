@@ -23,6 +23,7 @@ import torch
 from nmt import checkpoint
 from nmt.batching import collate
 from nmt.config import Config
+from nmt.device import keep_freed_memory
 from nmt.errors import NmtError
 from nmt.io import atomic_output
 from nmt.log import console, progress_bar, show_progress
@@ -126,6 +127,7 @@ def format_translation(t: Translation, line_no: int, nbest: int, scores: bool) -
 
 def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, output: Path | None) -> int:
     """The `nmt translate` command. Returns the number of lines translated."""
+    keep_freed_memory()
     if opts.threads > 0:
         torch.set_num_threads(opts.threads)
     if input is not None and not input.is_file():
