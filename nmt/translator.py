@@ -68,7 +68,7 @@ def quantize_int8(model: Transformer) -> Transformer:
 
 
 def auto_dtype(device: torch.device, quantize: str | None) -> str:
-    """--dtype auto: bf16 on CPUs that compute it natively (the Multi30k model: 1.34x faster, BLEU -0.15,
+    """--dtype auto: bf16 on CPUs that compute it natively (the Multi30k model: 1.12x faster, BLEU -0.15,
     bench/precision.py), fp32 elsewhere (CUDA included, for now) and under --quantize (int8 wants fp32)."""
     return "bf16" if device.type == "cpu" and quantize is None and cpu_native_bf16() else "fp32"
 
