@@ -192,8 +192,8 @@ def translate(
                          "output line, n-best lines included.")] = False,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     dtype: Annotated[str, typer.Option(
-        help="auto | fp32 | bf16 | fp16 (fp16 on CUDA only). auto: bf16 on CPUs with native bf16 (AVX512-BF16 or "
-             "AMX), else fp32.")] = "auto",
+        help="auto | fp32 | bf16 | fp16 (fp16 on CUDA only). auto: bf16 for models of d_model >= 256 on CPUs with "
+             "native bf16 (AVX512-BF16 or AMX), else fp32.")] = "auto",
     threads: Annotated[int, typer.Option(help="CPU threads (0 = torch default).")] = 0,
     quantize: Annotated[str | None, typer.Option(
         help="'int8': dynamic int8 quantization of Linear layers (CPU speed-up).")] = None,
@@ -308,7 +308,8 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port (serve.port, default 5000; 0 = any free port).")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     dtype: Annotated[str, typer.Option(
-        help="auto | fp32 | bf16 | fp16 (fp16 on CUDA only). auto: bf16 on CPUs with native bf16, else fp32."),
+        help="auto | fp32 | bf16 | fp16 (fp16 on CUDA only). auto: bf16 for models of d_model >= 256 on CPUs "
+             "with native bf16, else fp32."),
     ] = "auto",
     threads: Annotated[int, typer.Option(help="CPU threads of the model (0 = torch default).")] = 0,
     quantize: Annotated[str | None, typer.Option(

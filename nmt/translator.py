@@ -17,7 +17,7 @@ import torch
 from nmt import checkpoint
 from nmt.batching import source_batches
 from nmt.config import Config, DecodeConfig, apply_dict, config_from_dict, parse_overrides
-from nmt.device import cpu_native_bf16, pick_device
+from nmt.device import cpu_bf16_pays, pick_device
 from nmt.errors import CheckpointError, NmtError, first_line
 from nmt.log import console
 from nmt.model import Transformer
@@ -67,10 +67,12 @@ def quantize_int8(model: Transformer) -> Transformer:
         return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
 
-def auto_dtype(device: torch.device, quantize: str | None) -> str:
-    """--dtype auto: bf16 on CPUs that compute it natively (the Multi30k model: 1.12x faster, BLEU -0.15,
-    bench/precision.py), fp32 elsewhere (CUDA included, for now) and under --quantize (int8 wants fp32)."""
-    return "bf16" if device.type == "cpu" and quantize is None and cpu_native_bf16() else "fp32"
+def auto_dtype(device: torch.device, quantize: str | None, d_model: int) -> str:
+    """--dtype auto: bf16 where it pays on CPU, as for training (`cpu_bf16_pays`: native bf16 and d_model >= 256;
+    base-size decoding 1.9x faster at batch 32); fp32 for smaller models (the d128 Multi30k model: bf16 1.12x
+    faster offline but 0.75-0.85x in nmt serve's batches of <= 32 sentences, and BLEU -0.15), on CUDA (for
+    now) and under --quantize (int8 wants fp32)."""
+    return "bf16" if device.type == "cpu" and quantize is None and cpu_bf16_pays(d_model) else "fp32"
 
 
 class Translator:
@@ -81,8 +83,9 @@ class Translator:
         if dtype not in (*DTYPES, "auto"):
             raise NmtError(f"--dtype must be one of auto, {', '.join(DTYPES)}, got '{dtype}'")
         self.device = pick_device(device, "--device")
+        model_config = config_from_dict(state["config"]).model
         if dtype == "auto":
-            dtype = auto_dtype(self.device, quantize)
+            dtype = auto_dtype(self.device, quantize, model_config.d_model)
         self.dtype = dtype
         if dtype == "fp16" and self.device.type != "cuda":
             raise NmtError("--dtype fp16 needs a CUDA device (use bf16 or fp32 on CPU)")
@@ -93,7 +96,7 @@ class Translator:
         if quantize is not None:
             self._quantize(quantize)
         self.prefix = self._prefix_id(decode.prefix)
-        layers = config_from_dict(state["config"]).model.decoder_layers
+        layers = model_config.decoder_layers
         if not -layers <= attention_layer < layers:
             raise NmtError(f"--attention-layer {attention_layer} out of range: the model has {layers} decoder layers")
         self.attention_layer = attention_layer

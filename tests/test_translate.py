@@ -241,17 +241,16 @@ def test_scores_with_nbest_add_the_log_prob(demo_run, tmp_path):
     assert rows[2][1:] == ["", "0.0000", "0.0000"]  # an empty line still gets its row
 
 
-def test_dtype_auto_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
-    import torch
-
-    from nmt import translator as translate_mod
+def test_dtype_auto_is_bf16_only_where_it_pays(monkeypatch):
+    """auto = bf16 on CPUs with native bf16 for models of d_model >= 256 (the rule training uses), else fp32."""
+    from nmt import device, translator
 
     cpu = torch.device("cpu")
-    for native, expected in ((True, "bf16"), (False, "fp32")):
-        monkeypatch.setattr(translate_mod, "cpu_native_bf16", lambda n=native: n)
-        assert translate_mod.auto_dtype(cpu, None) == expected
-        assert translate_mod.auto_dtype(cpu, "int8") == "fp32"  # int8 quantization works on fp32 weights
-    assert translate_mod.auto_dtype(torch.device("cuda", 0), None) == "fp32"
+    for native, wide, expected in ((True, 512, "bf16"), (True, 128, "fp32"), (False, 512, "fp32")):
+        monkeypatch.setattr(device, "cpu_native_bf16", lambda n=native: n)
+        assert translator.auto_dtype(cpu, None, wide) == expected
+        assert translator.auto_dtype(cpu, "int8", wide) == "fp32"  # int8 quantization works on fp32 weights
+    assert translator.auto_dtype(torch.device("cuda", 0), None, 512) == "fp32"
 
 
 def test_int8_quantizes_the_output_projection_too(demo_run):
