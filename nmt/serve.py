@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -38,7 +38,7 @@ from nmt.device import keep_freed_memory
 from nmt.errors import NmtError, first_line
 from nmt.log import console
 from nmt.rundir import checkpoint_to_translate
-from nmt.translator import Translation, Translator, checkpoint_decode
+from nmt.translator import ModelOptions, Translation, Translator, search_settings
 
 INSTALL_HINT = "serving needs FastAPI and uvicorn: pip install 'nmt[serve]'"
 try:  # the optional extra: without it `nmt serve` is one error line, like plotting without matplotlib
@@ -54,17 +54,9 @@ except ImportError as e:
 
 
 @dataclass
-class ServeOptions:
-    checkpoint: Path | None = None
-    device: str = "auto"
-    dtype: str = "auto"
-    threads: int = 0
-    quantize: str | None = None
+class ServeOptions(ModelOptions):
     api_key: str | None = None
     access_log: bool = True
-    # as for translate: without --config the checkpoint's own search settings, then the --set decode.* ones
-    config_given: bool = True
-    decode_overrides: list[str] = field(default_factory=list)
 
 
 class Search(NamedTuple):
@@ -83,17 +75,16 @@ class Model:
     langs: tuple[str, str]
     config: dict[str, Any]  # the config the checkpoint was trained with
     vocab: dict[str, int]
-    quantize: str | None
 
 
 def load_model(ckpt: Path, cfg: Config, opts: ServeOptions) -> Model:
     state = checkpoint.load(ckpt)
-    decode = cfg.decode if opts.config_given else checkpoint_decode(state, opts.decode_overrides, ckpt)
+    decode = search_settings(cfg, opts, state, ckpt)
     translator = Translator(state, decode, device=opts.device, dtype=opts.dtype, quantize=opts.quantize)
     saved = state["config"] if isinstance(state["config"], dict) else {}
     data = {"src_lang": cfg.data.src_lang, "tgt_lang": cfg.data.tgt_lang, **(saved.get("data") or {})}
     src, tgt = state.get("langs") or (data["src_lang"], data["tgt_lang"])
-    return Model(translator, ckpt, (str(src), str(tgt)), saved, dict(state["vocab"]), opts.quantize)
+    return Model(translator, ckpt, (str(src), str(tgt)), saved, dict(state["vocab"]))
 
 
 class Service:
@@ -139,8 +130,7 @@ class Service:
                 return
             self.batcher = batcher  # first: the endpoints take a model that is set as ready to take work
             self.model = model
-        console.print(f"ready: {'->'.join(model.langs)} on {t.device} in {t.dtype}"
-                      + (" with int8 weights" if model.quantize else ""))
+        console.print(f"ready: {'->'.join(model.langs)} on {t.device} in {t.precision}")
         batcher.serve_forever()
 
     def _cost(self, text: str) -> int:
@@ -339,7 +329,7 @@ class Api:
             "model": {"checkpoint": m.checkpoint.name, "architecture": m.config.get("model"), "vocab": m.vocab},
             "languages": {"source": m.langs[0], "target": m.langs[1]},
             "decode": dataclasses.asdict(t.decode),
-            "device": str(t.device), "dtype": t.dtype, "quantize": m.quantize,
+            "device": str(t.device), "dtype": t.dtype, "quantize": t.quantize,
             "serve": {k: v for k, v in dataclasses.asdict(self.limits).items() if k not in ("host", "port")},
         })
 

@@ -14,7 +14,7 @@ import select
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,16 +29,11 @@ from nmt.io import atomic_output
 from nmt.log import console, progress_bar, show_progress
 from nmt.rundir import checkpoint_to_translate
 from nmt.tokenizer import Tokenizer
-from nmt.translator import Translation, Translator, checkpoint_decode
+from nmt.translator import ModelOptions, Translation, Translator, search_settings
 
 
 @dataclass
-class TranslateOptions:
-    checkpoint: Path | None = None
-    device: str = "auto"
-    dtype: str = "auto"
-    threads: int = 0
-    quantize: str | None = None
+class TranslateOptions(ModelOptions):
     scores: bool = False
     attention_dir: Path | None = None
     attention_layer: int = -1
@@ -46,11 +41,6 @@ class TranslateOptions:
     encoder_attention: bool = False
     alignment: Path | None = None
     progress: bool | None = None
-    # Where the search settings come from: with --config, the loaded config's decode section; without,
-    # the checkpoint's own (the beam and length penalty it was tuned with) with the user's decode
-    # settings (--set and options, as section.key=value) on top.
-    config_given: bool = True
-    decode_overrides: list[str] = field(default_factory=list)
 
 
 
@@ -135,11 +125,10 @@ def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, outp
     ckpt = checkpoint_to_translate(opts.checkpoint, cfg.train.run_dir, opts.config_given)
     console.print(f"loading {ckpt}")
     state = checkpoint.load(ckpt)
-    decode = cfg.decode if opts.config_given else checkpoint_decode(state, opts.decode_overrides, ckpt)
+    decode = search_settings(cfg, opts, state, ckpt)
     translator = Translator(state, decode, device=opts.device, dtype=opts.dtype, quantize=opts.quantize,
                             attention_layer=opts.attention_layer)
-    console.print(f"translating on {translator.device} in {translator.dtype}"
-                  + (" with int8 weights" if opts.quantize else ""))
+    console.print(f"translating on {translator.device} in {translator.precision}")
     need_attention = opts.attention_dir is not None or opts.alignment is not None
     typing = input is None and sys.stdin.isatty()  # someone types lines: a bar would only get in the way
     show_bar = show_progress(opts.progress) and (opts.progress is not None or not typing)

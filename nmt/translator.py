@@ -8,7 +8,7 @@ import copy
 import dataclasses
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,22 @@ from nmt.search import Hypothesis, beam_search, greedy_search
 from nmt.tokenizer import Tokenizer
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class ModelOptions:
+    """Which checkpoint to translate with and how to run it: the options `nmt translate` and `nmt serve` share."""
+
+    checkpoint: Path | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    threads: int = 0
+    quantize: str | None = None
+    # Where the search settings come from (`search_settings`): with --config, the loaded config's decode
+    # section; without, the checkpoint's own (the beam and length penalty it was tuned with) with the
+    # user's decode settings (--set and options, as section.key=value) on top.
+    config_given: bool = True
+    decode_overrides: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -86,7 +102,7 @@ class Translator:
         model_config = config_from_dict(state["config"]).model
         if dtype == "auto":
             dtype = auto_dtype(self.device, quantize, model_config.d_model)
-        self.dtype = dtype
+        self.dtype, self.quantize = dtype, quantize
         if dtype == "fp16" and self.device.type != "cuda":
             raise NmtError("--dtype fp16 needs a CUDA device (use bf16 or fp32 on CPU)")
         self.decode = decode
@@ -131,6 +147,11 @@ class Translator:
         view.decode = dataclasses.replace(self.decode, **changes)
         view.prefix = view._prefix_id(view.decode.prefix)
         return view
+
+    @property
+    def precision(self) -> str:
+        """e.g. 'fp32', 'fp32 with int8 weights' (for the start-up line)."""
+        return self.dtype + (" with int8 weights" if self.quantize else "")
 
     @property
     def max_src(self) -> int:
@@ -183,6 +204,11 @@ class Translator:
                 chunk = []
         if chunk:
             yield from self.translate_chunk(chunk, first_line=first, need_attention=need_attention)
+
+
+def search_settings(cfg: Config, opts: ModelOptions, state: dict[str, Any], ckpt: Path) -> DecodeConfig:
+    """The decode settings to translate with: the config's with --config, else the checkpoint's own + overrides."""
+    return cfg.decode if opts.config_given else checkpoint_decode(state, opts.decode_overrides, ckpt)
 
 
 def checkpoint_decode(state: dict[str, Any], overrides: list[str], ckpt: Path) -> DecodeConfig:
