@@ -37,6 +37,13 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", "-s", help="Override a config key, e.g. --set train.lr=5e-4 (repeatable)."),
 ]
+# how `translate` and `serve` run the model (nmt.translator.ModelOptions)
+DeviceOpt = Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")]
+DtypeOpt = Annotated[str, typer.Option(
+    help="auto | fp32 | bf16 | fp16 (fp16 on CUDA only). auto: bf16 for models of d_model >= 256 on CPUs with "
+         "native bf16 (AVX512-BF16 or AMX), else fp32.")]
+QuantizeOpt = Annotated[str | None, typer.Option(
+    help="'int8': dynamic int8 quantization of Linear layers (CPU speed-up).")]
 
 
 def _err(message: str) -> None:
@@ -190,13 +197,10 @@ def translate(
     scores: Annotated[bool, typer.Option(
         "--scores", help="Append '<TAB>log-prob' (the sum of token log-probabilities, EOS included) to each "
                          "output line, n-best lines included.")] = False,
-    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
-    dtype: Annotated[str, typer.Option(
-        help="auto | fp32 | bf16 | fp16 (fp16 on CUDA only). auto: bf16 for models of d_model >= 256 on CPUs with "
-             "native bf16 (AVX512-BF16 or AMX), else fp32.")] = "auto",
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto",
     threads: Annotated[int, typer.Option(help="CPU threads (0 = torch default).")] = 0,
-    quantize: Annotated[str | None, typer.Option(
-        help="'int8': dynamic int8 quantization of Linear layers (CPU speed-up).")] = None,
+    quantize: QuantizeOpt = None,
     attention: Annotated[Path | None, typer.Option(
         help="Save a cross-attention heatmap PNG per sentence into this dir (needs nmt\\[plot]).")] = None,
     attention_layer: Annotated[int, typer.Option(help="Decoder layer for --attention (-1 = last).")] = -1,
@@ -306,14 +310,10 @@ def serve(
         help="Checkpoint to serve (default: averaged.pt, else best.pt, else last.pt of train.run_dir).")] = None,
     host: Annotated[str | None, typer.Option(help="Address to listen on (serve.host, default 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (serve.port, default 5000; 0 = any free port).")] = None,
-    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
-    dtype: Annotated[str, typer.Option(
-        help="auto | fp32 | bf16 | fp16 (fp16 on CUDA only). auto: bf16 for models of d_model >= 256 on CPUs "
-             "with native bf16, else fp32."),
-    ] = "auto",
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto",
     threads: Annotated[int, typer.Option(help="CPU threads of the model (0 = torch default).")] = 0,
-    quantize: Annotated[str | None, typer.Option(
-        help="'int8': dynamic int8 quantization of Linear layers (CPU speed-up).")] = None,
+    quantize: QuantizeOpt = None,
     api_key: Annotated[str | None, typer.Option(
         envvar="NMT_API_KEY", help="Require this key on translation requests: LibreTranslate's api_key field or an "
                                    "'Authorization: Bearer KEY' header (403 otherwise).")] = None,
