@@ -339,3 +339,103 @@ def test_onednn_linear_equals_f_linear_and_falls_back(monkeypatch):
         torch.testing.assert_close(model_module.onednn_linear(x, w, bias), torch.nn.functional.linear(x, w, bias))
     monkeypatch.setattr(model_module, "_ONEDNN_LINEAR", None)
     assert torch.equal(model_module.onednn_linear(x, w, b), torch.nn.functional.linear(x, w, b))
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_sentences_admitted_mid_search_decode_as_if_alone(beams):
+    """In-flight batching: a sentence joining a running cache (at a later step, with another source length) gets
+    exactly the logits it gets decoded alone, the running ones keep theirs, and dropping groups compacts the time
+    axis. Each row (beam) is fed its own tokens, so the slots' bookkeeping matters."""
+    model = make_model(pre_norm=True)
+    tokens = torch.randint(4, V, (3, beams, 8))  # [sentence, row, step]
+    tokens[:, :, 0] = BOS
+    first, late = SRC[:2], SRC[2:, :3]  # the late sentence has a shorter padded source
+
+    def feed(cache, sentences: list[int], steps: list[int]) -> torch.Tensor:
+        rows = [tokens[s, :cache.group, t] for s, t in zip(sentences, steps, strict=True)]
+        return model.decode_step(torch.cat(rows), cache)[0]
+
+    def widen(cache, groups: int) -> None:
+        cache.reorder(torch.arange(groups), torch.zeros(groups, beams, dtype=torch.long))
+
+    with torch.no_grad():
+        memory, mask = model.encode(first)
+        cache = model.init_cache(memory, mask, max_len=6)
+        ref_first = [feed(cache, [0, 1], [t, t]) for t in range(1)]
+        widen(cache, 2)
+        ref_first += [feed(cache, [0, 1], [t, t]) for t in range(1, 6)]
+        memory, mask = model.encode(late)
+        cache = model.init_cache(memory, mask, max_len=3)
+        ref_late = [feed(cache, [2], [0])]
+        widen(cache, 1)
+        ref_late += [feed(cache, [2], [t]) for t in range(1, 3)]
+
+        memory, mask = model.encode(first)
+        cache = model.init_cache(memory, mask, max_len=2)  # small hint: the cache must grow
+        got = [feed(cache, [0, 1], [0, 0])]
+        widen(cache, 2)
+        got += [feed(cache, [0, 1], [t, t]) for t in (1, 2)]
+        memory, mask = model.encode(late)
+        cache.admit(model.init_cache(memory, mask, max_len=3))  # joins at step 3 with `beams` rows
+        assert cache.batch_size == 3 * beams and cache.start is not None
+        got.append(feed(cache, [0, 1, 2], [3, 3, 0]))
+        got.append(feed(cache, [0, 1, 2], [4, 4, 1]))
+        cache.reorder(torch.tensor([0, 2]), torch.arange(beams).repeat(2, 1))  # sentence 1 leaves
+        got.append(feed(cache, [0, 2], [5, 2]))
+        assert cache.step == 6
+        cache.reorder(torch.tensor([1]), torch.arange(beams)[None])  # only the late one: its times alone stay
+        assert cache.start is None and cache.step == 3
+
+    def close(a: torch.Tensor, b: torch.Tensor) -> None:
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+    for t in range(3):
+        close(got[t], ref_first[t])
+    n = 2 * beams
+    close(got[3][:n], ref_first[3])
+    close(got[3][n:], ref_late[0].expand(beams, -1))  # it joins with `beams` rows, all at BOS
+    close(got[4][:n], ref_first[4])
+    close(got[4][n:], ref_late[1])
+    close(got[5][:beams], ref_first[5][:beams])
+    close(got[5][beams:], ref_late[2])
+
+
+def test_a_released_group_takes_a_new_sentence_without_copying_the_cache():
+    """The serving case: a sentence leaves (`release`), the next one takes its group (`admit(..., into=)`): the
+    keys/values are not copied, the newcomer decodes as if alone, the sentence beside it is unaffected."""
+    model, beams = make_model(pre_norm=True), 2
+    tokens = torch.randint(4, V, (3, beams, 6))
+    tokens[:, :, 0] = BOS
+
+    def feed(cache, sentences: list[int], steps: list[int]) -> torch.Tensor:
+        rows = [tokens[s, :cache.group, t] for s, t in zip(sentences, steps, strict=True)]
+        return model.decode_step(torch.cat(rows), cache)[0]
+
+    def start(src: torch.Tensor, max_len: int = 8):
+        memory, mask = model.encode(src)
+        cache = model.init_cache(memory, mask, max_len=max_len)
+        return cache
+
+    with torch.no_grad():
+        ref = start(SRC[:1])  # sentence 0 alone
+        ref_0 = [feed(ref, [0], [0])]
+        ref.reorder(torch.arange(1), torch.zeros(1, beams, dtype=torch.long))
+        ref_0 += [feed(ref, [0], [t]) for t in range(1, 5)]
+        ref = start(SRC[2:, :3])  # sentence 2 alone
+        ref_2 = [feed(ref, [2], [0])]
+        ref.reorder(torch.arange(1), torch.zeros(1, beams, dtype=torch.long))
+        ref_2 += [feed(ref, [2], [t]) for t in range(1, 3)]
+
+        cache = start(SRC[:2])
+        feed(cache, [0, 1], [0, 0])
+        cache.reorder(torch.arange(2), torch.zeros(2, beams, dtype=torch.long))
+        feed(cache, [0, 1], [1, 1])
+        cache.release(torch.tensor([1]))  # sentence 1 leaves; its group stays
+        storage = cache.self_kv.untyped_storage().data_ptr()
+        cache.admit(start(SRC[2:, :3]), into=torch.tensor([1]))
+        assert cache.self_kv.untyped_storage().data_ptr() == storage and cache.batch_size == 2 * beams
+        got = [feed(cache, [0, 2], [t, t - 2]) for t in (2, 3, 4)]
+    for t, logits in enumerate(got):
+        torch.testing.assert_close(logits[:beams], ref_0[t + 2], atol=1e-5, rtol=0)
+        late = ref_2[t].expand(beams, -1) if t == 0 else ref_2[t]
+        torch.testing.assert_close(logits[beams:], late, atol=1e-5, rtol=0)
