@@ -13,9 +13,8 @@ default) with the checkpoint's search settings, in --dtype with --threads torch 
     length-sorted batches of decode.max_tokens) in this process; sentences/s;
   - in-process, one sentence at a time: Translator.translate_chunk([line]) per line: the latency a 1-client
     server is compared with (p50);
-  - in-process, C at a time: translate_chunk of C lines after C lines: what a server that batches whole requests
-    can do at best with C clients that each send one sentence and wait for it (its batches hold at most C
-    sentences, and each batch waits for its slowest sentence); nmt serve's in-flight batching is not bound by it;
+  - in-process, C at a time: translate_chunk of C lines after C lines: the most a server can do with C clients
+    that each send one sentence and wait for it (its batches hold at most C sentences);
   - server: `python -m nmt serve` (a subprocess, --no-access-log) with C client threads on loopback (C from
     --clients), each with a keep-alive connection sending one sentence per POST /v1/translate and the next
     when answered; sentences/s (all sentences / wall time) and per-request latency p50/p99;
@@ -24,10 +23,9 @@ default) with the checkpoint's search settings, in --dtype with --threads torch 
 Both servers run during the whole bench (an idle one waits on a condition and takes no CPU); each round runs
 every contestant once, the order reversed every other round, after one untimed warm-up round. Reported: medians
 over --repeats rounds with the spread (min-max), ratios against offline, unbatched and in-process C at a time,
-the sentences the server searched together per decoder step (from /health), and the share of server answers
-identical to the offline translation (bf16 results depend a little on the batch's shape). The clients run on the
-same machine and take CPU from the server: on a 2-core machine that is part of the price a loopback measurement
-shows.
+the server's sentences per batch (from /health), and the share of server answers identical to the offline
+translation (bf16 results depend a little on the batch's shape). The clients run on the same machine and take
+CPU from the server: on a 2-core machine that is part of the price a loopback measurement shows.
 
 Goals: at 32 clients >= 0.7x the offline throughput and >= 4x the unbatched server; at 1 client p50 <= 1.3x
 the in-process latency of one sentence.
@@ -63,7 +61,7 @@ class Run:
     seconds: float  # wall time for all sentences
     latencies: list[float]  # per request (or per sentence in-process)
     texts: list[str]
-    per_step: float = 0.0  # sentences the server searched together per decoder step, on average
+    batches: int = 0  # the server's batches for them
 
     @property
     def rate(self) -> float:
@@ -101,12 +99,10 @@ class Served:
         except OSError:
             return None
 
-    def counts(self) -> tuple[int, int]:
-        """(decoder steps, sentences searched summed over the steps) so far."""
+    def batches(self) -> int:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         conn.request("GET", "/health")
-        health = json.loads(conn.getresponse().read())
-        return health["steps"], health["sentence_steps"]
+        return json.loads(conn.getresponse().read())["batches"]
 
     def clients(self, lines: list[str], clients: int) -> Run:
         """`clients` threads, each sending the next unsent sentence as soon as its previous one is answered."""
@@ -136,7 +132,7 @@ class Served:
             conn.close()
 
         threads = [threading.Thread(target=client) for _ in range(clients)]
-        steps, sentence_steps = self.counts()
+        batches = self.batches()
         for t in threads:
             t.start()
         start.wait()
@@ -144,8 +140,7 @@ class Served:
         for t in threads:
             t.join()
         seconds = time.perf_counter() - began
-        steps_after, sentence_steps_after = self.counts()
-        return Run(seconds, latencies, texts, (sentence_steps_after - sentence_steps) / max(1, steps_after - steps))
+        return Run(seconds, latencies, texts, self.batches() - batches)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -187,6 +182,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed rounds")
     p.add_argument("--threads", type=int, default=2, help="torch threads (in-process and in each server)")
     p.add_argument("--dtype", default="auto", help="as nmt translate/serve --dtype")
+    p.add_argument("--max-delay-ms", type=float, help="serve.max_delay_ms of the batching server (default: its own)")
     args = p.parse_args()
     lines = args.source.read_text(encoding="utf-8").splitlines()[:args.sentences]
     clients = [int(c) for c in args.clients.split(",")]
@@ -196,7 +192,8 @@ def main() -> None:
     translator = Translator(state, checkpoint_decode(state, [], args.checkpoint), dtype=args.dtype)
     print(f"{len(lines)} sentences of {args.source.name}, {args.checkpoint}: beam {translator.decode.beam}, "
           f"{translator.dtype}, {args.threads} threads; starting the servers", file=sys.stderr)
-    servers = {"batched": Served(args), "unbatched": Served(args, "--set", "serve.batching=false")}
+    delay = [] if args.max_delay_ms is None else ["--set", f"serve.max_delay_ms={args.max_delay_ms}"]
+    servers = {"batched": Served(args, *delay), "unbatched": Served(args, "--set", "serve.batching=false")}
     contestants: dict[str, Callable[[list[str]], Run]] = {
         "offline": lambda xs: offline(translator, xs),
         "in-process 1 by 1": lambda xs: one_at_a_time(translator, xs),
@@ -230,7 +227,7 @@ def main() -> None:
     print(f"offline (nmt translate's Translator.stream): {spread(rate['offline'])} sentences/s; in-process one "
           f"sentence at a time: {spread(rate['in-process 1 by 1'])}/s, p50 "
           f"{spread(ms(runs['in-process 1 by 1'], 0.5))} ms, p99 {spread(ms(runs['in-process 1 by 1'], 0.99))} ms\n")
-    header = ["clients", "server sent/s", "p50 ms", "p99 ms", "sent/step", "unbatched sent/s", "p50 ms", "p99 ms",
+    header = ["clients", "server sent/s", "p50 ms", "p99 ms", "sent/batch", "unbatched sent/s", "p50 ms", "p99 ms",
               "server/offline", "server/unbatched", "server/in-process C at a time", "p50/in-process",
               "same as offline"]
     rows = []
@@ -239,7 +236,7 @@ def main() -> None:
         same = statistics.mean(sum(x == y for x, y in zip(run.texts, reference)) / len(reference) for run in b)
         ceiling = rate[f"in-process {c} at a time"] if c > 1 else rate["in-process 1 by 1"]
         rows.append([str(c), spread(rate[f"batched {c}"]), spread(ms(b, 0.5)), spread(ms(b, 0.99)),
-                     f"{statistics.mean(run.per_step for run in b):.1f}",
+                     f"{statistics.mean(len(lines) / run.batches for run in b):.1f}",
                      spread(rate[f"unbatched {c}"]), spread(ms(u, 0.5)), spread(ms(u, 0.99)),
                      f"{median(rate[f'batched {c}']) / median(rate['offline']):.2f}",
                      f"{median(rate[f'batched {c}']) / median(rate[f'unbatched {c}']):.2f}",

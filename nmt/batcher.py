@@ -1,68 +1,54 @@
-"""In-flight batching for `nmt serve`: requests queue their sentences; one model thread runs a search that the
-sentences join between its decoder steps and leave as soon as they are translated.
+"""Dynamic batching for `nmt serve`: requests queue their sentences; one model thread takes what is waiting
+(sentences that share search options, up to a token budget) as one batch and resolves each sentence's future.
 
 The asyncio side only submits and awaits; every model call happens on the thread that runs `serve_forever`.
-Before each step the model thread takes the sentences waiting (those that share the running search's options,
-up to a token budget for the sentences in flight) into the search, steps it, and resolves the futures of the
-sentences that step finished. A sentence thus waits at most one step to start, never for the slowest sentence
-of a batch, and the search stays full while clients come and go. Sentences with other search options wait until
-the running search has drained. Futures cancelled before their sentence joins (their client left) are dropped
-unrun. With batching off, one request at a time is searched alone (the OpenNMT-py server's way).
+While the model is busy, work piles up for the next batch. When it is free, it waits at most `max_delay` seconds
+for company, and only while company is due: the clients of the batch it has just answered tend to send their
+next request at once, and waiting the few milliseconds they take merges them into one batch, where they would
+otherwise trickle into two half batches that then alternate for good. One client sending a request at a time
+never waits. Futures cancelled before their batch starts (their client left) are dropped unrun.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-
-class Session(Protocol):
-    """A running search over one search setting (nmt.translator.InFlight)."""
-
-    @property
-    def active(self) -> int: ...  # sentences searching or about to join
-
-    def keys(self) -> list[Any]: ...  # the keys added and not yet returned
-
-    def add(self, texts: list[str], keys: list[Any]) -> list[tuple[Any, Any]]: ...  # (key, result) done at once
-
-    def step(self) -> list[tuple[Any, Any]]: ...  # (key, result) of the sentences this step finished
+Run = Callable[[Any, list[str]], Sequence[Any]]  # (options, sentences) -> one result per sentence, in order
 
 
 class Closed(RuntimeError):
     """Work submitted after close()."""
 
 
-@dataclass(eq=False)
+@dataclass
 class Job:
     text: str
-    options: Hashable  # only jobs with equal options share a search
-    request: int  # the request it came from: with batching off, a search holds one request's sentences
+    options: Hashable  # only jobs with equal options share a batch (one search setting per batch)
+    request: int  # the request it came from: with batching off, a batch is one request's sentences
+    arrived: float
     future: Future = field(default_factory=Future)
-    cost: int = 0  # source tokens, counted against the budget while in flight (by the model thread)
+    cost: int | None = None  # source tokens, counted against the batch's budget (by the model thread, when needed)
 
 
 class Batcher:
-    def __init__(self, open_session: Callable[[Hashable], Session], cost: Callable[[str], int], max_cost: int,
-                 batching: bool = True):
-        self._open, self._cost = open_session, cost
-        self.max_cost, self.batching = max_cost, batching
+    def __init__(self, run: Run, cost: Callable[[str], int], max_cost: int, max_delay: float,
+                 batching: bool = True, clock: Callable[[], float] = time.monotonic):
+        self._run, self._cost, self._clock = run, cost, clock
+        self.max_cost, self.max_delay, self.batching = max_cost, max_delay, batching
         self._pending: list[Job] = []
         self._cond = threading.Condition()
         self._closed = False
         self._request_ids = itertools.count()
-        self._session: Session | None = None
-        self._options: Hashable = None  # the running session's
-        self._in_flight_cost = 0
-        # served on /health: how well requests are merged
-        self.joins = 0  # times sentences joined the search (one or more at a time)
-        self.sentences = 0  # sentences answered
-        self.steps = 0  # decoder steps run
-        self.sentence_steps = 0  # sentences searching, summed over the steps
+        self._due = 0  # sentences the next batch waits for (see _finished)
+        self._free_since = clock()  # when the model last became free
+        self.batches = 0  # batches run so far (served on /health: how well requests are merged)
+        self.sentences = 0
 
     @property
     def queued(self) -> int:
@@ -70,8 +56,8 @@ class Batcher:
 
     def submit(self, texts: Sequence[str], options: Hashable) -> list[Future]:
         """Queue one request's sentences; returns a future per sentence, in order."""
-        request = next(self._request_ids)
-        jobs = [Job(t, options, request) for t in texts]
+        request, now = next(self._request_ids), self._clock()
+        jobs = [Job(t, options, request, now) for t in texts]
         with self._cond:
             if self._closed:
                 raise Closed("the server is shutting down")
@@ -80,104 +66,90 @@ class Batcher:
         return [j.future for j in jobs]
 
     def close(self) -> None:
-        """No more submissions; serve_forever finishes what is queued and in flight, then returns."""
+        """No more submissions; serve_forever finishes what is queued, then returns."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
 
     def serve_forever(self) -> None:
-        """The model thread's loop: let what waits join, step, answer what finished."""
-        while True:
-            joining = self._next_joining()
-            if joining is None:
-                return
-            if joining:
-                self._join(joining)
-            if self._session is not None and self._session.active:
-                self._step()
+        """The model thread's loop."""
+        while (batch := self._next_batch()) is not None:
+            self._process(batch)
 
-    def _next_joining(self) -> list[Job] | None:
-        """The jobs to join the search before its next step; blocks while there is nothing to do; None when closed
-        and drained."""
+    def _next_batch(self) -> list[Job] | None:
         with self._cond:
+            due, self._due = self._due, 0
             while True:
-                running = self._session is not None and self._session.active > 0
-                self._pending = [j for j in self._pending if not j.future.cancelled()]  # clients that left
-                if not running and self._pending:
-                    self._options = self._pending[0].options
-                    self._session = self._open(self._options)
-                joining = self._take() if self._pending else []
-                if joining or running:
-                    return joining
-                if self._closed and not self._pending:
-                    return None
-                if not self._pending:
+                while not self._pending and not self._closed:
                     self._cond.wait()
+                if not self._pending:
+                    return None  # closed and drained
+                self._wait_for_company(due)
+                batch = self._take()
+                if batch:
+                    return batch  # else every job looked at was cancelled: look again
+
+    def _wait_for_company(self, due: int) -> None:
+        """Wait until `due` sentences are queued, the budget is full, or max_delay has passed since the oldest
+        sentence came or the model became free, whichever was later."""
+        if not self.batching:
+            return
+        deadline = max(self._pending[0].arrived, self._free_since) + self.max_delay
+        while not self._closed and len(self._pending) < due and self._queued_cost() < self.max_cost:
+            left = deadline - self._clock()
+            if left <= 0:
+                return
+            self._cond.wait(left)
+
+    def _cost_of(self, job: Job) -> int:
+        """Counted here, on the model thread: tokenizing on the event loop slowed every request there."""
+        if job.cost is None:
+            try:
+                job.cost = self._cost(job.text)
+            except Exception:  # the model thread must live on: the sentence's batch will report what is wrong
+                job.cost = 1
+        return job.cost
+
+    def _queued_cost(self) -> int:
+        return sum(self._cost_of(j) for j in self._pending)
 
     def _take(self) -> list[Job]:
-        """Jobs for the running search, oldest first: with its options while the oldest waiting job has them too
-        (else it drains, and that job's options come next), within the budget (a job over it alone joins an empty
-        search). Without batching: one request's jobs, into an empty search."""
-        first = self._pending[0]
-        if first.options != self._options:
-            return []
-        empty = self._in_flight_cost == 0
-        if not self.batching and not empty:
-            return []
-        taken: list[Job] = []
-        for job in self._pending:
-            if job.options != first.options or (not self.batching and job.request != first.request):
-                continue
-            job.cost = job.cost or self._cost_of(job.text)
-            if self._in_flight_cost + job.cost > self.max_cost and not (empty and not taken):
-                break
-            if job.future.set_running_or_notify_cancel():  # from now on its client cannot cancel it
-                taken.append(job)
-                self._in_flight_cost += job.cost
-        chosen = set(map(id, taken))
-        self._pending = [j for j in self._pending if id(j) not in chosen]
-        return taken
-
-    def _cost_of(self, text: str) -> int:
-        """Counted here, on the model thread: tokenizing on the event loop slowed every request there."""
-        try:
-            return max(1, self._cost(text))
-        except Exception:  # the model thread must live on: joining the search will report what is wrong
-            return 1
-
-    def _join(self, jobs: list[Job]) -> None:
-        try:
-            done = self._session.add([j.text for j in jobs], jobs)
-        except Exception as e:  # e.g. a sentence the tokenizer fails on: it fails alone, the search lives on
-            if len(jobs) > 1:
-                for job in jobs:
-                    self._join([job])
+        """The oldest job and every later one that may share its batch and fits the budget; the rest stay."""
+        live = [j for j in self._pending if not j.future.cancelled()]  # a client that left: its sentences go
+        batch: list[Job] = []
+        rest: list[Job] = []
+        cost = 0
+        for job in live:
+            first = batch[0] if batch else job
+            fits = job.options == first.options and (self.batching or job.request == first.request)
+            if fits and (not batch or cost + self._cost_of(job) <= self.max_cost):
+                if job.future.set_running_or_notify_cancel():  # from now on its client cannot cancel it
+                    batch.append(job)
+                    cost += self._cost_of(job)
             else:
-                self._fail(jobs[0], e)
-            return
-        self.joins += 1
-        self._answer(done)
+                rest.append(job)
+        self._pending = rest
+        return batch
 
-    def _step(self) -> None:
-        searching = self._session.active
+    def _finished(self, answered: int) -> None:
+        """Company due for the next batch: what queued meanwhile, and the clients about to be answered coming back.
+        Counted before any answer goes out: a client quick to send its next request must not count twice."""
+        with self._cond:
+            self._due = len(self._pending) + answered
+            self._free_since = self._clock()
+
+    def _process(self, batch: list[Job]) -> None:
         try:
-            done = self._session.step()
-        except Exception as e:  # a failed step fails the sentences in the search, never the model thread
-            for job in self._session.keys():
-                self._fail(job, e)
-            self._session, self._in_flight_cost = None, 0
+            results = self._run(batch[0].options, [j.text for j in batch])
+            if len(results) != len(batch):  # else some futures would never be resolved: their clients would hang
+                raise RuntimeError(f"{len(results)} results for {len(batch)} sentences")
+        except Exception as e:  # a failed batch fails its requests, never the model thread
+            for job in batch:
+                job.future.set_exception(e)
             return
-        self.steps += 1
-        self.sentence_steps += searching
-        self._answer(done)
-
-    def _answer(self, done: list[tuple[Job, Any]]) -> None:
-        for job, result in done:
-            self._in_flight_cost -= job.cost
-            self.sentences += 1
+        finally:
+            self._finished(len(batch))
+        self.batches += 1
+        self.sentences += len(batch)
+        for job, result in zip(batch, results):
             job.future.set_result(result)
-
-    def _fail(self, job: Job, error: Exception) -> None:
-        self._in_flight_cost -= job.cost
-        if not job.future.done():
-            job.future.set_exception(error)

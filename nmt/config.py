@@ -151,6 +151,7 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 5000  # LibreTranslate's port
     batching: bool = True  # false: one request at a time (for comparison; the OpenNMT-py server's way)
+    max_delay_ms: float = 20.0  # longest the free model waits for the clients it just answered (see nmt.batcher)
     max_body_bytes: int = 1_000_000  # request body (413 above)
     max_sentences: int = 128  # sentences (lines) per request (400 above)
     max_chars: int = 2000  # characters per sentence (400 above)
@@ -386,6 +387,8 @@ def validate_decode(d: DecodeConfig) -> None:
 def validate_serve(s: ServeConfig) -> None:
     _check([
         (0 <= s.port < 2**16, f"serve.port must be in [0, 65535], got {s.port}"),
+        (math.isfinite(s.max_delay_ms) and s.max_delay_ms >= 0,
+         f"serve.max_delay_ms must be finite and >= 0, got {s.max_delay_ms}"),
         *[(value > 0, f"serve.{key} must be > 0, got {value}") for key, value in
           (("max_body_bytes", s.max_body_bytes), ("max_sentences", s.max_sentences), ("max_chars", s.max_chars),
            ("max_beam", s.max_beam))],

@@ -313,17 +313,11 @@ class Transformer(nn.Module):
             embed.weight[self.pad_id].zero_()
         return embed
 
-    def _embed(self, embedding: nn.Embedding, tokens: Tensor, offset: int | Tensor = 0) -> Tensor:
-        """tokens [B, T] at positions offset.. (offset: one int, or [B] for rows at different positions)."""
+    def _embed(self, embedding: nn.Embedding, tokens: Tensor, offset: int = 0) -> Tensor:
         end = offset + tokens.size(1)
-        last = int(end.max()) if isinstance(end, Tensor) else end
-        if last > self.max_positions:
-            raise ValueError(f"sequence needs {last} positions, model has max_positions={self.max_positions}")
-        if isinstance(offset, Tensor):
-            positions = self.positions[offset[:, None] + torch.arange(tokens.size(1), device=tokens.device)]
-        else:
-            positions = self.positions[offset:end]
-        return self.dropout(embedding(tokens) * self.embed_scale + positions)
+        if end > self.max_positions:
+            raise ValueError(f"sequence needs {end} positions, model has max_positions={self.max_positions}")
+        return self.dropout(embedding(tokens) * self.embed_scale + self.positions[offset:end])
 
     def _project(self, x: Tensor) -> Tensor:
         """Output logits with the (tied) target embedding matrix (and the output bias, if the model has one), or
@@ -397,21 +391,21 @@ class Transformer(nn.Module):
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache,
                     need_attention: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Feed tokens [B] at their positions (`cache.positions()`); return (logits [B, V], attention).
+        """Feed tokens [B] at position `cache.step`; return (logits [B, V], attention).
 
         Appends this position's self-attention K/V to the cache and advances `cache.step`.
         attention is None unless `need_attention`: then the cross-attention weights of every
         decoder layer and head, float32 [L, B, H, S] (computed explicitly; costs nothing otherwise).
         Inference only (writes into the cache in place): call under torch.no_grad().
         """
-        cache.reserve(cache.step + 1)  # may move the cache's time axis: read the step after it
-        step, first = cache.step, cache.first_seen()  # attend from the earliest time any group sees
-        x = self._embed(self.tgt_embed, tokens[:, None], offset=cache.positions())
-        self_mask = cache.begin_step(x.dtype, first)
+        step = cache.step
+        cache.reserve(step + 1)
+        x = self._embed(self.tgt_embed, tokens[:, None], offset=step)
+        self_mask = cache.begin_step(x.dtype)
         weights = []
         for i, layer in enumerate(self.decoder_layers):
-            x, w = layer.step(x, cache.self_kv[i, :, :, :, first:], step - first, cache.cross_kv[i],
-                              cache.memory_mask, self_mask, need_attention, cache.group)
+            x, w = layer.step(x, cache.self_kv[i], step, cache.cross_kv[i], cache.memory_mask, self_mask,
+                              need_attention, cache.group)
             weights.append(w)
         cache.step = step + 1
         logits = self._project(self.decoder_norm(x[:, 0]))

@@ -1,4 +1,4 @@
-"""`nmt serve`: one model behind HTTP, concurrent requests searched together (in-flight batching).
+"""`nmt serve`: one model behind HTTP, concurrent requests merged into batches.
 
 - LibreTranslate-compatible `POST /translate` and `GET /languages`, so its clients work unchanged;
 - native `POST /v1/translate` (a list of sentences, per-request beam / n-best / scores), `GET /health`
@@ -38,7 +38,7 @@ from nmt.device import keep_freed_memory
 from nmt.errors import NmtError, first_line
 from nmt.log import console
 from nmt.rundir import checkpoint_to_translate
-from nmt.translator import InFlight, ModelOptions, Translation, Translator, search_settings
+from nmt.translator import ModelOptions, Translation, Translator, search_settings
 
 INSTALL_HINT = "serving needs FastAPI and uvicorn: pip install 'nmt[serve]'"
 try:  # the optional extra: without it `nmt serve` is one error line, like plotting without matplotlib
@@ -123,7 +123,8 @@ class Service:
             self.on_failure()
             return
         t = model.translator
-        batcher = Batcher(self._session, self._cost, max_cost=t.decode.max_tokens, batching=self.limits.batching)
+        batcher = Batcher(self._translate, self._cost, max_cost=t.decode.max_tokens,
+                          max_delay=self.limits.max_delay_ms / 1000, batching=self.limits.batching)
         with self._lock:
             if self._stopped:
                 return
@@ -137,8 +138,8 @@ class Service:
         assert self.model is not None
         return len(self.model.translator.tokenizer.encode_src([text])[0]) + 1
 
-    def _session(self, search: Search) -> InFlight:
-        return self._searcher(search).in_flight()
+    def _translate(self, search: Search, lines: list[str]) -> list[Translation]:
+        return self._searcher(search).translate_chunk(lines)
 
     def _searcher(self, search: Search) -> Translator:
         """The loaded Translator with this request's search settings (same model and tokenizer)."""
@@ -319,8 +320,7 @@ class Api:
         if batcher is None:
             return JSONResponse({"status": "loading"}, status_code=503)
         return JSONResponse({"status": "ready", "requests": self.requests, "queued": batcher.queued,
-                             "sentences": batcher.sentences, "steps": batcher.steps,
-                             "sentence_steps": batcher.sentence_steps})
+                             "batches": batcher.batches, "sentences": batcher.sentences})
 
     async def info(self) -> JSONResponse:
         m = self.model()

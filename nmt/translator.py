@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import warnings
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,13 +15,13 @@ from typing import Any
 import torch
 
 from nmt import checkpoint
-from nmt.batching import collate, source_batches
+from nmt.batching import source_batches
 from nmt.config import Config, DecodeConfig, apply_dict, config_from_dict, parse_overrides
 from nmt.device import cpu_bf16_pays, pick_device
 from nmt.errors import CheckpointError, NmtError, first_line
 from nmt.log import console
 from nmt.model import Transformer
-from nmt.search import BeamSearch, Hypothesis, beam_search, greedy_search
+from nmt.search import Hypothesis, beam_search, greedy_search
 from nmt.tokenizer import Tokenizer
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -159,56 +159,35 @@ class Translator:
         return min(self.decode.max_input_tokens, self.model.max_positions - 1)
 
     # ---- one chunk
-    def search_options(self, need_attention: bool = False) -> dict[str, Any]:
-        """The keyword arguments of the searches (nmt.search) for these decode settings."""
-        d, ids = self.decode, self.special
-        return dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, bos=ids.bos, eos=ids.eos, pad=ids.pad,
-                    need_attention=need_attention, attention_layer=self.attention_layer,
-                    length_penalty=d.length_penalty, length_penalty_type=d.length_penalty_type)
-
     def _search(self, src: torch.Tensor, need_attention: bool) -> list[list[Hypothesis]]:
-        if self.decode.beam == 1:
-            return greedy_search(self.model, src, **self.search_options(need_attention))
-        return beam_search(self.model, src, beam=self.decode.beam, nbest=self.decode.nbest,
-                           **self.search_options(need_attention))
-
-    def encode(self, lines: list[str], first_line: int = 1) -> list[list[int]]:
-        """Source ids of each line as the model takes them: cleaned like the training data, decode.prefix before,
-        cut to max_src tokens (with a warning naming the line)."""
-        ids = [self.prefix + seq for seq in self.tokenizer.encode_src(lines)]
-        for i, seq in enumerate(ids):
-            if len(seq) > self.max_src:
-                self.warn(f"input line {first_line + i}: {len(seq)} tokens, truncated to {self.max_src}")
-                ids[i] = seq[: self.max_src]
-        return ids
-
-    def is_empty(self, ids: list[int]) -> bool:
-        """An empty line (nothing but the prefix) is answered with an empty line, unsearched."""
-        return len(ids) <= len(self.prefix)
-
-    def result(self, source: str, ids: list[int], hypotheses: list[Hypothesis]) -> Translation:
-        return Translation(source, ids, hypotheses, self.tokenizer.decode_tgt([h.tokens for h in hypotheses])
-                           if hypotheses else [""])
+        d, ids = self.decode, self.special
+        common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, bos=ids.bos, eos=ids.eos, pad=ids.pad,
+                      need_attention=need_attention, attention_layer=self.attention_layer)
+        penalty = dict(length_penalty=d.length_penalty, length_penalty_type=d.length_penalty_type)
+        if d.beam == 1:
+            return greedy_search(self.model, src, **penalty, **common)
+        return beam_search(self.model, src, beam=d.beam, nbest=d.nbest, **penalty, **common)
 
     @torch.inference_mode()
     def translate_chunk(self, lines: list[str], *, first_line: int = 1,
                         need_attention: bool = False) -> list[Translation]:
         """Translate a list of lines; results come back in input order."""
         sources = list(lines)
-        ids = self.encode(sources, first_line)
+        ids = [self.prefix + seq for seq in self.tokenizer.encode_src(sources)]  # cleaned like the training data
+        for i, seq in enumerate(ids):
+            if len(seq) > self.max_src:
+                self.warn(f"input line {first_line + i}: {len(seq)} tokens, truncated to {self.max_src}")
+                ids[i] = seq[: self.max_src]
         results = [Translation(s, seq, [], [""]) for s, seq in zip(sources, ids)]
-        todo = [i for i, seq in enumerate(ids) if not self.is_empty(seq)]
+        todo = [i for i, seq in enumerate(ids) if len(seq) > len(self.prefix)]  # an empty line stays empty
         if not todo:
             return results
         for positions, batch in source_batches([ids[i] for i in todo], self.decode.max_tokens, self.special):
             rows = [todo[j] for j in positions]
             for r, hyps in zip(rows, self._search(batch.src.to(self.device), need_attention)):
-                results[r] = self.result(sources[r], ids[r], hyps)
+                results[r].hypotheses = hyps
+                results[r].text = self.tokenizer.decode_tgt([h.tokens for h in hyps])
         return results
-
-    def in_flight(self) -> InFlight:
-        """A translation that lines can join while it runs (nmt serve's in-flight batching)."""
-        return InFlight(self)
 
     def stream(self, lines: Iterable[str], *, need_attention: bool = False,
                waiting: Callable[[], bool] = lambda: True) -> Iterator[Translation]:
@@ -225,44 +204,6 @@ class Translator:
                 chunk = []
         if chunk:
             yield from self.translate_chunk(chunk, first_line=first, need_attention=need_attention)
-
-
-class InFlight:
-    """Lines joining a running beam search between its steps (`nmt serve`): `add` lines with a key each, `step`
-    while `active`. A line gets exactly the translation `translate_chunk` gives it (fp32), whatever it shares its
-    steps with: nmt.search.BeamSearch decodes every sentence as if alone. Greedy (beam 1) is its beam 1."""
-
-    def __init__(self, translator: Translator):
-        self.translator = translator
-        d = translator.decode
-        self.search = BeamSearch(translator.model, beam=d.beam, nbest=d.nbest, **translator.search_options())
-        self._lines: dict[Hashable, tuple[str, list[int]]] = {}
-
-    @property
-    def active(self) -> int:
-        return self.search.active
-
-    def keys(self) -> list[Hashable]:
-        """The keys of the lines added and not yet returned."""
-        return list(self._lines)
-
-    def add(self, lines: list[str], keys: list[Hashable]) -> list[tuple[Hashable, Translation]]:
-        """Lines join at the next step; returns at once the ones with nothing to search (empty lines)."""
-        t = self.translator
-        ids = t.encode(lines)
-        done = [(k, t.result(line, seq, [])) for k, line, seq in zip(keys, lines, ids) if t.is_empty(seq)]
-        todo = [(k, line, seq) for k, line, seq in zip(keys, lines, ids) if not t.is_empty(seq)]
-        if todo:
-            s = t.special
-            src = collate([seq for _, _, seq in todo], [[] for _ in todo], pad=s.pad, bos=s.bos, eos=s.eos).src
-            self.search.add(src.to(t.device), [k for k, _, _ in todo])
-            self._lines.update((k, (line, seq)) for k, line, seq in todo)
-        return done
-
-    @torch.inference_mode()
-    def step(self) -> list[tuple[Hashable, Translation]]:
-        """One decoder step over every line searching; returns the lines it finished."""
-        return [(k, self.translator.result(*self._lines.pop(k), hyps)) for k, hyps in self.search.step()]
 
 
 def search_settings(cfg: Config, opts: ModelOptions, state: dict[str, Any], ckpt: Path) -> DecodeConfig:

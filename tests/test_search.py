@@ -272,30 +272,3 @@ def test_beam_wider_than_half_the_vocabulary(copy_model):
     for hyps, seq in zip(wide, seqs[:6], strict=True):
         assert hyps[0].tokens == seq
         assert all(0 <= tok < V for h in hyps for tok in h.tokens)
-
-
-@pytest.mark.parametrize("beam", [1, 3, 8])
-def test_sentences_joining_a_running_search_get_what_they_get_alone(copy_model, beam):
-    """In-flight batching: sentences added between steps of a running BeamSearch (a few at a time, while others
-    finish and leave) end with exactly the hypotheses, scores and attention of searching them alone."""
-    model, seqs = copy_model
-    for m, src in ((model, batch(seqs[:10])[0]), (random_model(), random_inputs(10))):
-        search = search_mod.BeamSearch(m, bos=BOS, eos=EOS, pad=PAD, beam=beam, nbest=beam, need_attention=True)
-        joining = {0: [0, 1], 1: [2], 3: [3, 4, 5], 4: [6], 7: [7, 8, 9]}  # step -> sentences added before it
-        got: dict[int, list[Hypothesis]] = {}
-        step = 0
-        while search.active or step <= max(joining):
-            rows = joining.get(step, [])
-            if rows:
-                search.add(src[rows][:, : int(src[rows].ne(PAD).sum(1).max())], rows)
-            with torch.no_grad():
-                got.update(search.step())
-            step += 1
-        assert sorted(got) == list(range(10))
-        for i, row in enumerate(src):
-            alone = beam_search(m, row[row.ne(PAD)][None], beam=beam, nbest=beam, need_attention=True)[0]
-            assert [h.tokens for h in got[i]] == [h.tokens for h in alone]
-            for hg, ha in zip(got[i], alone, strict=True):
-                assert hg.logprob == pytest.approx(ha.logprob, abs=1e-4)
-                assert hg.score == pytest.approx(ha.score, abs=1e-4)
-                torch.testing.assert_close(hg.attention, ha.attention, atol=1e-5, rtol=0)

@@ -13,10 +13,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -33,142 +32,75 @@ CHECKPOINT = ROOT / "tests" / "data" / "demo-model.pt"  # a fixed small demo mod
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 SCORE_TOL = 2e-4  # printed scores are rounded to 4 decimals, and batch shapes move the last digit
 LIMITS = ["--set", "serve.max_sentences=110", "--set", "serve.max_chars=300", "--set", "serve.max_body_bytes=32768",
-          "--set", "serve.max_beam=8"]
+          "--set", "serve.max_beam=8", "--set", "serve.max_delay_ms=50"]
 
 
 # --------------------------------------------------------------------------- the batcher
 
 
-class FakeSearch:
-    """A search over one option: sentence "t" takes len(t) steps; logs every join and step."""
+def recording_batcher(**kwargs) -> tuple[Batcher, list[tuple[str, list[str]]]]:
+    batches: list[tuple[str, list[str]]] = []
 
-    def __init__(self, options: str, log: list[tuple]):
-        self.options, self.log = options, log
-        self.left: dict[Any, list] = {}  # key -> [text, steps left]
-        self.step_gate: threading.Event | None = None  # when set, each step waits for it
-
-    @property
-    def active(self) -> int:
-        return len(self.left)
-
-    def keys(self) -> list[Any]:
-        return list(self.left)
-
-    def add(self, texts: list[str], keys: list[Any]) -> list[tuple[Any, str]]:
-        if "untokenizable" in texts:
-            raise ValueError("cannot tokenize")
-        self.log.append(("join", self.options, list(texts)))
-        self.left.update((k, [t, len(t)]) for k, t in zip(keys, texts) if t)
-        return [(k, "") for k, t in zip(keys, texts) if not t]  # an empty line is answered at once
-
-    def step(self) -> list[tuple[Any, str]]:
-        if self.options == "broken":
+    def run(options: str, texts: list[str]) -> list[str]:
+        if options == "broken":
             raise RuntimeError("model failed")
-        self.log.append(("step", self.options, sorted(t for t, _ in self.left.values())))
-        done = []
-        for key, entry in list(self.left.items()):
-            entry[1] -= 1
-            if entry[1] == 0:
-                done.append((key, f"{self.options}:{entry[0]}"))
-                del self.left[key]
-        return done
-
-
-def fake_batcher(**kwargs) -> tuple[Batcher, list[tuple]]:
-    log: list[tuple] = []
+        batches.append((options, list(texts)))
+        return [f"{options}:{t}" for t in texts][:None if options != "short" else -1]
 
     def cost(text: str) -> int:
         if text == "uncountable":
             raise ValueError(text)
         return len(text)
 
-    return Batcher(lambda options: FakeSearch(options, log), cost=cost, **{"max_cost": 100, **kwargs}), log
+    return Batcher(run, cost=cost, **{"max_cost": 100, "max_delay": 0.0, **kwargs}), batches
 
 
 def drain(batcher: Batcher) -> None:
-    """Run what is queued on this thread: close first, so serve_forever returns once everything is answered."""
+    """Run what is queued on this thread: close first, so serve_forever returns once the queue is empty."""
     batcher.close()
     batcher.serve_forever()
 
 
-def test_batcher_searches_what_waits_with_one_search_setting_together_and_answers_each_sentence():
-    b, log = fake_batcher()
-    first, other, second = b.submit(["aa", "b"], "beam4"), b.submit(["cc"], "beam1"), b.submit(["d", ""], "beam4")
+def test_batcher_takes_what_waits_with_one_search_setting_as_one_batch_and_answers_each_sentence():
+    b, batches = recording_batcher()
+    first, other, second = b.submit(["aa", "b"], "beam4"), b.submit(["cc"], "beam1"), b.submit(["d"], "beam4")
     drain(b)
-    assert log == [("join", "beam4", ["aa", "b", "d", ""]), ("step", "beam4", ["aa", "b", "d"]),
-                   ("step", "beam4", ["aa"]),  # b and d left after one step: aa goes on alone
-                   ("join", "beam1", ["cc"]), ("step", "beam1", ["cc"]), ("step", "beam1", ["cc"])]
-    assert [f.result() for f in first + other + second] == ["beam4:aa", "beam4:b", "beam1:cc", "beam4:d", ""]
-    assert (b.joins, b.sentences, b.steps, b.sentence_steps, b.queued) == (2, 5, 4, 6, 0)
+    assert batches == [("beam4", ["aa", "b", "d"]), ("beam1", ["cc"])]
+    assert [f.result() for f in first + other + second] == ["beam4:aa", "beam4:b", "beam1:cc", "beam4:d"]
+    assert (b.batches, b.sentences, b.queued) == (2, 4, 0)
     with pytest.raises(Closed):
         b.submit(["late"], "beam4")
 
 
-def test_batcher_lets_sentences_join_a_running_search_between_steps():
-    """A sentence submitted while a search runs starts at the next step, not after the running ones end."""
-    b, log = fake_batcher()
-    gate = threading.Semaphore(0)
-    searches: list[FakeSearch] = []
-
-    def open_search(options: str) -> FakeSearch:
-        search = FakeSearch(options, log)
-        step = search.step
-        search.step = lambda: gate.acquire(timeout=30) and step()  # one step per release
-        searches.append(search)
-        return search
-
-    b._open = open_search
-    with model_thread(b):
-        long = b.submit(["aaaaaa"], "x")[0]
-        gate.release()
-        gate.release()
-        _wait_for(lambda: b.steps == 2)  # the model thread now waits inside step 3
-        short = b.submit(["bb"], "x")[0]  # joins after step 3, while "aaaaaa" has 3 steps to go
-        for _ in range(3):
-            gate.release()
-        assert short.result(timeout=30) == "x:bb" and not long.done()
-        gate.release()
-        assert long.result(timeout=30) == "x:aaaaaa"
-    assert log == [("join", "x", ["aaaaaa"]), *[("step", "x", ["aaaaaa"])] * 3, ("join", "x", ["bb"]),
-                   *[("step", "x", ["aaaaaa", "bb"])] * 2, ("step", "x", ["aaaaaa"])]
-    assert len(searches) == 1
-
-
 def test_batcher_keeps_to_the_token_budget_and_an_oversized_sentence_goes_alone():
-    b, log = fake_batcher(max_cost=5)
-    futures = b.submit(["aaa", "bb", "c", "toolongforone"], "x")
+    b, batches = recording_batcher(max_cost=5)
+    futures = b.submit(["aaa", "bbb", "cc", "toolongforone"], "x")
     drain(b)
-    joins = [entry[2] for entry in log if entry[0] == "join"]
-    assert joins == [["aaa", "bb"], ["c"], ["toolongforone"]]  # c joins when bb leaves; the long one alone
-    for entry in log:  # never more than the budget in flight, but for the oversized one alone
-        assert entry[0] == "join" or sum(map(len, entry[2])) <= 5 or entry[2] == ["toolongforone"]
-    assert [f.result() for f in futures] == ["x:aaa", "x:bb", "x:c", "x:toolongforone"]  # order kept
+    assert batches == [("x", ["aaa", "cc"]), ("x", ["bbb"]), ("x", ["toolongforone"])]
+    assert [f.result() for f in futures] == ["x:aaa", "x:bbb", "x:cc", "x:toolongforone"]  # order kept
 
 
 def test_batcher_without_batching_runs_one_request_at_a_time():
-    b, log = fake_batcher(batching=False)
-    b.submit(["a", "bb"], "x"), b.submit(["c"], "x"), b.submit(["d", "e"], "x")
+    b, batches = recording_batcher(batching=False)
+    b.submit(["a", "b"], "x"), b.submit(["c"], "x"), b.submit(["d", "e"], "x")
     drain(b)
-    assert [entry[2] for entry in log if entry[0] == "join"] == [["a", "bb"], ["c"], ["d", "e"]]
-    assert ("step", "x", ["bb"]) in log and ("step", "x", ["bb", "c"]) not in log
+    assert batches == [("x", ["a", "b"]), ("x", ["c"]), ("x", ["d", "e"])]
 
 
-def test_batcher_drops_work_whose_client_left_and_a_failure_fails_only_its_requests():
-    b, log = fake_batcher()
+def test_batcher_drops_work_whose_client_left_and_a_failed_batch_fails_only_its_requests():
+    b, batches = recording_batcher()
     gone = b.submit(["a", "b"], "x")
     broken = b.submit(["c"], "broken")
-    bad = b.submit(["untokenizable"], "y")
+    short = b.submit(["e", "f"], "short")  # a run that loses a result must not leave a client waiting forever
     fine = b.submit(["d", "uncountable"], "y")
     assert gone[0].cancel()
     drain(b)
-    # the join that failed is retried a sentence at a time: only the bad sentence fails
-    assert [entry[2] for entry in log if entry[0] == "join"] == [["b"], ["c"], ["d"], ["uncountable"]]
+    assert batches == [("x", ["b"]), ("short", ["e", "f"]), ("y", ["d", "uncountable"])]
     with pytest.raises(RuntimeError, match="model failed"):
         broken[0].result()
-    with pytest.raises(ValueError, match="cannot tokenize"):
-        bad[0].result()
+    with pytest.raises(RuntimeError, match="1 results for 2 sentences"):
+        short[1].result()
     assert [f.result() for f in fine] == ["y:d", "y:uncountable"] and gone[1].result() == "x:b"
-    assert b._in_flight_cost == 0
 
 
 @contextlib.contextmanager
@@ -183,20 +115,50 @@ def model_thread(batcher: Batcher) -> Iterator[None]:
     assert not worker.is_alive()
 
 
-def _wait_for(condition: Callable[[], bool], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
-
-
-def test_batcher_answers_a_lone_client_at_once_and_closing_finishes_what_is_in_flight():
-    b, log = fake_batcher()
+def test_batcher_waits_for_the_clients_it_answered_but_never_for_a_lone_client():
+    b, batches = recording_batcher(max_delay=60.0)
     with model_thread(b):
-        for text in ("a", "b"):  # one client, one request at a time: nothing to wait for
+        started = time.monotonic()
+        for text in ("a", "b"):  # one client, one request at a time: nobody else is due, nothing to wait for
             assert b.submit([text], "x")[0].result(timeout=30) == f"x:{text}"
-        pending = b.submit(["cccc"], "x")
-    assert pending[0].result(timeout=0) == "x:cccc"  # the model thread ended only after answering it
+        assert b.submit(["c", "d"], "x")[1].result(timeout=30) == "x:d"  # 2 sentences answered ...
+        first = b.submit(["e"], "x")  # ... so the next batch waits for a second one
+        time.sleep(0.1)
+        second = b.submit(["f"], "x")
+        assert first[0].result(timeout=30) == "x:e" and second[0].result(timeout=30) == "x:f"
+        assert time.monotonic() - started < 30  # never the whole max_delay
+        assert batches == [("x", ["a"]), ("x", ["b"]), ("x", ["c", "d"]), ("x", ["e", "f"])]
+        b.max_cost = 2  # a full budget ends the wait too
+        assert b.submit(["gg"], "x")[0].result(timeout=30) == "x:gg"
+
+
+def test_batcher_does_not_hold_back_a_client_quick_with_its_next_request():
+    release = threading.Event()
+
+    def run(options: str, texts: list[str]) -> list[str]:
+        assert release.wait(30)
+        return texts
+
+    b = Batcher(run, cost=len, max_cost=100, max_delay=60.0)
+    follow_up: list = []
+    with model_thread(b):
+        first = b.submit(["a"], "x")[0]
+        # the answer's callback sends the next request at once, before the model thread is back for more work:
+        # one sentence answered, one come back, nothing else due
+        first.add_done_callback(lambda f: follow_up.extend(b.submit(["b"], "x")))
+        release.set()
+        assert first.result(timeout=30) == "a"
+        assert follow_up and follow_up[0].result(timeout=30) == "b"
+
+
+def test_batcher_waits_for_company_at_most_max_delay():
+    b, batches = recording_batcher(max_delay=0.3)
+    with model_thread(b):
+        b.submit(["a", "b"], "x")[1].result(timeout=30)
+        started = time.monotonic()
+        assert b.submit(["c"], "x")[0].result(timeout=30) == "x:c"  # the second sentence due never comes
+        assert 0.29 <= time.monotonic() - started < 30
+    assert batches == [("x", ["a", "b"]), ("x", ["c"])]
 
 
 def test_serve_config_keys_are_checked():
@@ -246,12 +208,12 @@ def test_a_failing_batch_is_a_json_500_and_the_server_lives_on():
 
     from nmt.serve import ServeOptions, Service, create_app, load_model
 
-    def broken(*args, **kwargs):
+    def broken(lines, **kwargs):
         raise RuntimeError("out of memory\n(details)")
 
     def load():
         model = load_model(CHECKPOINT, Config(), ServeOptions(dtype="fp32", config_given=False))
-        model.translator.model.decode_step = broken  # every step of the search fails
+        model.translator.translate_chunk = broken
         return model
 
     limits = Config().serve
@@ -436,7 +398,7 @@ def test_32_concurrent_clients_all_get_their_answers_in_order(server, lines, exp
     clients = 32
     start = threading.Barrier(clients)
     answers: dict[int, list[str]] = {}
-    before = server.health()
+    before = server.health()["batches"]
 
     def client(i: int) -> None:
         mine = [lines[(3 * i + k) % len(lines)] for k in range(3)]
@@ -455,9 +417,7 @@ def test_32_concurrent_clients_all_get_their_answers_in_order(server, lines, exp
         t.join(180)
     for i in range(clients):
         assert answers.get(i) == [want[(3 * i + k) % len(lines)] for k in range(3)], f"client {i}"
-    after = server.health()
-    steps = after["steps"] - before["steps"]
-    assert (after["sentence_steps"] - before["sentence_steps"]) / steps > 8  # searched together, not one by one
+    assert server.health()["batches"] - before < clients // 2  # requests were merged into batches
 
 
 @dataclass
@@ -587,9 +547,9 @@ def test_a_stop_signal_answers_every_request_in_flight_and_exits_0(tmp_path, lin
     before = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in run_dir.iterdir()}
     requests = 5
     answers: dict[int, list[str]] = {}
-    with serving(tmp_path, "--set", "decode.max_tokens=40", checkpoint=run_dir / "averaged.pt") as s:
-        # a small token budget keeps only a few sentences searching at a time: the 100 sentences of the requests
-        # below take many steps, and most are still queued or searching when the signal comes
+    with serving(tmp_path, "--set", "serve.max_delay_ms=2000", checkpoint=run_dir / "averaged.pt") as s:
+        # 110 sentences answered at once: the free model then waits (2 s at most) for 110 to come back, so the
+        # 100 sentences of the requests below are all still queued when the signal comes
         primer = httpx.post(f"{s.url}/v1/translate", json={"sentences": lines + lines[:5]}, timeout=120)
         assert primer.status_code == 200
 
@@ -604,7 +564,7 @@ def test_a_stop_signal_answers_every_request_in_flight_and_exits_0(tmp_path, lin
             if (health := s.health())["requests"] == requests:
                 break
             time.sleep(0.005)
-        assert health["requests"] == requests and health["sentences"] < 110 + 20 * requests - 20
+        assert (health["requests"], health["queued"], health["sentences"]) == (requests, 20 * requests, 110)
         s.proc.send_signal(sig)
         for t in threads:
             t.join(120)

@@ -150,3 +150,27 @@ def test_vocab_size_errors():
 def test_invalid_model_bytes():
     with pytest.raises(NmtError, match="not a valid SentencePiece model"):
         Tokenizer(b"not a model")
+
+
+def test_short_lists_stay_out_of_sentencepieces_thread_pool(joint, monkeypatch):
+    """A one-sentence request must not pay SentencePiece's thread pool (2-4 ms a call): short lists are encoded and
+    decoded line by line in this thread, long ones in the pool, with the same result."""
+    import nmt.tokenizer as tokenizer_mod
+
+    lines = EN[:100]
+    pooled_ids, pooled_text = joint.encode_src(lines), joint.decode_tgt(joint.encode_tgt(DE[:100]))
+    list_calls = []
+    for processor in {joint._src, joint._tgt}:
+        for name in ("encode", "decode"):
+            method = getattr(processor, name)
+
+            def spy(items, *args, _method=method, **kwargs):
+                if isinstance(items, list) and items and isinstance(items[0], (str, list)):
+                    list_calls.append(len(items))
+                return _method(items, *args, **kwargs)
+
+            monkeypatch.setattr(processor, name, spy)
+    assert joint.encode_src(lines[:1]) == pooled_ids[:1] and joint.decode_tgt(joint.encode_tgt(DE[:3])) == pooled_text[:3]
+    assert list_calls == []  # line by line
+    assert joint.encode_src(lines) == pooled_ids and joint.decode_tgt(joint.encode_tgt(DE[:100])) == pooled_text
+    assert list_calls and min(list_calls) >= tokenizer_mod.SPM_POOL_FROM  # the pool, for long lists only
