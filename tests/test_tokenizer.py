@@ -170,7 +170,8 @@ def test_short_lists_stay_out_of_sentencepieces_thread_pool(joint, monkeypatch):
                 return _method(items, *args, **kwargs)
 
             monkeypatch.setattr(processor, name, spy)
-    assert joint.encode_src(lines[:1]) == pooled_ids[:1] and joint.decode_tgt(joint.encode_tgt(DE[:3])) == pooled_text[:3]
+    assert joint.encode_src(lines[:1]) == pooled_ids[:1]
+    assert joint.decode_tgt(joint.encode_tgt(DE[:3])) == pooled_text[:3]
     assert list_calls == []  # line by line
     assert joint.encode_src(lines) == pooled_ids and joint.decode_tgt(joint.encode_tgt(DE[:100])) == pooled_text
     assert list_calls and min(list_calls) >= tokenizer_mod.SPM_POOL_FROM  # the pool, for long lists only
