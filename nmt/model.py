@@ -324,9 +324,7 @@ class Transformer(nn.Module):
         with `output_layer` when inference set one (nmt.translator's int8 copy of that matrix)."""
         if self.output_layer is not None:
             return self.output_layer(x)
-        if x.dim() == 2 and x.dtype == torch.float32 and x.device.type == "cpu" and not torch.is_grad_enabled():
-            return onednn_linear(x, self.output_weight, self.output_bias)
-        return F.linear(x, self.output_weight, self.output_bias)
+        return fast_linear(x, self.output_weight, self.output_bias)
 
     # ---- encoder ---------------------------------------------------------------------------------
 
@@ -423,14 +421,42 @@ class Transformer(nn.Module):
         return torch.stack(self._decode(tgt_in, memory, src_pad_mask, need_weights=True)[1])
 
 
-def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """F.linear through oneDNN (x [N, D], no autograd) where this torch has it, else F.linear. For float32 on
-    CPU, torch's F.linear calls MKL's sgemm, which on AMD EPYC (Zen 5) is 1.3-1.7x slower than oneDNN at
-    the output projection's shape (rows x d_model by d_model x vocabulary; one thread, 8k-58k vocabularies,
-    bench/translate.py) and no faster at any shape measured."""
-    if _ONEDNN_LINEAR is None:
+ONEDNN_MIN_MACS = 2**20  # below, oneDNN's fixed cost per call (~13 us) outweighs its faster kernel
+
+
+def fast_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """F.linear, through oneDNN at inference (no autograd) on CPU in float32 where that pays. torch's F.linear
+    calls MKL's sgemm, which on AMD EPYC (Zen 5, 2 threads) runs at about half oneDNN's speed ([1000, 128] x
+    [128, 384]: 462 vs 218 us; [128, 512] x [512, 1536]: 972 vs 446 us; the 8k-58k output projections
+    1.3-1.7x) but costs ~8 us less per call, so products under ONEDNN_MIN_MACS multiply-adds stay with it
+    ([4, 128] x [128, 384]: 9 vs 16 us)."""
+    if (_ONEDNN_LINEAR is None or torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu"
+            or x.numel() * weight.size(0) < ONEDNN_MIN_MACS):
         return F.linear(x, weight, bias)
     return _ONEDNN_LINEAR(x, weight, bias, "none", [], "")
+
+
+class InferenceLinear(nn.Module):
+    """An nn.Linear's parameters (same names) computed with fast_linear; see `for_cpu_inference`."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.weight, self.bias = linear.weight, linear.bias
+
+    def forward(self, x: Tensor) -> Tensor:
+        return fast_linear(x, self.weight, self.bias)
+
+
+def for_cpu_inference(model: nn.Module) -> nn.Module:
+    """`model` with every nn.Linear replaced (in place) by an InferenceLinear over the same parameters: how nmt
+    translate and serve run a model in float32 on CPU. Not for training, nor before int8 quantization (which
+    converts nn.Linear modules)."""
+    for name, child in model.named_children():
+        if type(child) is nn.Linear:
+            setattr(model, name, InferenceLinear(child))
+        else:
+            for_cpu_inference(child)
+    return model
 
 
 # an internal op of torch (inductor's CPU matmul), so looked up rather than assumed

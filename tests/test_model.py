@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from nmt.decoding import DecoderCache
 from nmt.model import Transformer, sinusoidal_positions
@@ -329,13 +330,52 @@ def test_output_bias_and_unscaled_embeddings():
         assert not torch.equal(plain(SRC, TGT, project=False), hidden)  # the scale made a difference
 
 
-def test_onednn_linear_equals_f_linear_and_falls_back(monkeypatch):
-    """The decoder's output projection at inference on CPU (float32) goes through oneDNN when torch has it."""
+def test_fast_linear_equals_f_linear_and_falls_back(monkeypatch):
+    """Linear layers at inference on CPU (float32) go through oneDNN for products of at least ONEDNN_MIN_MACS
+    multiply-adds: the same numbers as F.linear; F.linear under autograd, below the size, or without oneDNN."""
     import nmt.model as model_module
 
     g = torch.Generator().manual_seed(0)
-    x, w, b = torch.randn(7, 16, generator=g), torch.randn(50, 16, generator=g), torch.randn(50, generator=g)
-    for bias in (b, None):
-        torch.testing.assert_close(model_module.onednn_linear(x, w, bias), torch.nn.functional.linear(x, w, bias))
+    w, b = torch.randn(512, 256, generator=g), torch.randn(512, generator=g)
+    big, small = torch.randn(3, 8, 256, generator=g), torch.randn(2, 256, generator=g)
+    assert big.numel() * 512 >= model_module.ONEDNN_MIN_MACS > small.numel() * 512
+    calls = []
+    onednn = model_module._ONEDNN_LINEAR
+    if onednn is not None:
+        monkeypatch.setattr(model_module, "_ONEDNN_LINEAR", lambda *args: calls.append(1) or onednn(*args))
+    with torch.no_grad():
+        for x in (big, small):
+            for bias in (b, None):
+                got, want = model_module.fast_linear(x, w, bias), F.linear(x, w, bias)
+                torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+    assert len(calls) == (2 if onednn is not None else 0)  # the big product only, with and without bias
+    x = big.clone().requires_grad_()
+    model_module.fast_linear(x, w, b).sum().backward()  # autograd: F.linear
+    assert x.grad is not None and len(calls) == (2 if onednn is not None else 0)
     monkeypatch.setattr(model_module, "_ONEDNN_LINEAR", None)
-    assert torch.equal(model_module.onednn_linear(x, w, b), torch.nn.functional.linear(x, w, b))
+    with torch.no_grad():
+        assert torch.equal(model_module.fast_linear(big, w, b), F.linear(big, w, b))
+
+
+def test_for_cpu_inference_keeps_the_weights_and_the_results(monkeypatch):
+    """nmt translate's float32 CPU model: every nn.Linear replaced by an InferenceLinear over the same parameters
+    (same state dict, same tensors), the same logits and translations (every product through oneDNN here)."""
+    import nmt.model as model_module
+    from nmt.model import InferenceLinear, for_cpu_inference
+    from nmt.search import beam_search
+
+    monkeypatch.setattr(model_module, "ONEDNN_MIN_MACS", 0)
+
+    model, fast = make_model(pre_norm=True), make_model(pre_norm=True)
+    before = {k: v.clone() for k, v in fast.state_dict().items()}
+    for_cpu_inference(fast)
+    assert not any(type(m) is torch.nn.Linear for m in fast.modules())
+    # 2 encoder layers x (qkv, out, w1, w2) + 2 decoder layers x (qkv, out, q, kv, out, w1, w2)
+    assert sum(isinstance(m, InferenceLinear) for m in fast.modules()) == 2 * 4 + 2 * 7
+    assert fast.state_dict().keys() == before.keys()
+    assert all(torch.equal(fast.state_dict()[k], v) for k, v in before.items())
+    with torch.no_grad():
+        torch.testing.assert_close(fast(SRC, TGT), model(SRC, TGT), atol=1e-5, rtol=0)
+        ids = dict(bos=BOS, eos=EOS, pad=PAD, beam=3, max_len_b=6)
+        tokens = [[h[0].tokens for h in beam_search(m, SRC, **ids)] for m in (fast, model)]
+        assert tokens[0] == tokens[1]
