@@ -14,7 +14,9 @@ tokens (+BOS in, +EOS out), right-padded. Marian gets `decoder_input_ids` and `a
 `labels`: HF would compute a second, unsmoothed loss); its loss comes from its logits through the same
 function, so the work is equal. Weights are random; vocabulary `--vocab` shared by source, target and
 output layer in both. Ours runs as `nmt train` does: the decoder's last states into
-`projected_label_smoothed_loss` (chunked vocabulary projection, no full logits); "ours-logits" is the
+`projected_label_smoothed_loss` (chunked vocabulary projection, no full logits), its Linear layers through
+oneDNN where that is faster (`nmt.model.for_cpu`); "ours-mkl" is the same with torch's F.linear (MKL's sgemm:
+the code before that); "ours-logits" is the
 same model through full logits and `label_smoothed_loss` (the path before that loss existed, and what
 Marian gets), so the table also says what the fused loss is worth. `--dtype bf16` runs all three
 under bf16 autocast (fp32 weights, as `nmt train` with train.amp does).
@@ -32,6 +34,7 @@ import torch
 from common import BOS, PAD, OtherLoad, interleaved, marian, median, model_config, ours, random_batch, table
 
 from nmt.loss import label_smoothed_loss, projected_label_smoothed_loss
+from nmt.model import for_cpu
 from nmt.optim import adam
 
 
@@ -78,8 +81,9 @@ def bench(name: str, args) -> list[str]:
     batch = make_batch(args.max_tokens, args.vocab)
     contestants = {}
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
-    for label, model, loss_fn in (("ours", ours(cfg, args.vocab), ours_loss),
-                                  ("ours-logits", ours(cfg, args.vocab), ours_logits_loss),
+    for label, model, loss_fn in (("ours", for_cpu(ours(cfg, args.vocab)), ours_loss),
+                                  ("ours-mkl", ours(cfg, args.vocab), ours_loss),
+                                  ("ours-logits", for_cpu(ours(cfg, args.vocab)), ours_logits_loss),
                                   ("marian", marian(cfg, args.vocab), marian_loss)):
         model.train()
         opt = adam(list(model.parameters()), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
@@ -94,8 +98,8 @@ def bench(name: str, args) -> list[str]:
         paired = median([m / o for o, m in zip(times["ours"], times[other], strict=True)])
         return f"{tps['ours'] / tps[other]:.2f} ({paired:.2f})"
 
-    return [name, f"{tps['ours']:,.0f}", f"{tps['ours-logits']:,.0f}", f"{tps['marian']:,.0f}",
-            ratio("ours-logits"), ratio("marian")]
+    return [name, f"{tps['ours']:,.0f}", f"{tps['ours-mkl']:,.0f}", f"{tps['ours-logits']:,.0f}",
+            f"{tps['marian']:,.0f}", ratio("ours-mkl"), ratio("ours-logits"), ratio("marian")]
 
 
 def main() -> None:
@@ -117,8 +121,8 @@ def main() -> None:
     print(f"\ntraining update, target tokens/s (median of {args.steps}, {args.threads} threads, {args.dtype}, "
           f"torch {torch.__version__}, other processes' CPU share during the run: {load}); "
           f"in brackets: median of per-round ratios")
-    print(table(["config", "ours tok/s", "ours-logits tok/s", "marian tok/s", "ours/ours-logits", "ours/marian"],
-                rows))
+    print(table(["config", "ours tok/s", "ours-mkl tok/s", "ours-logits tok/s", "marian tok/s", "ours/ours-mkl",
+                 "ours/ours-logits", "ours/marian"], rows))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from nmt.model import fast_linear
+
 
 def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad: int) -> tuple[Tensor, Tensor]:
     """Sum over non-pad tokens of the label-smoothed loss and of the plain NLL.
@@ -84,7 +86,7 @@ def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float, bias:
     for start in range(0, rows.size(0), step):
         h, label = rows[start:start + step], labels[start:start + step]
         h32 = h.float()  # the same tensor when h is fp32
-        z = (h @ weight.t()).float()  # [n, V]
+        z = fast_linear(h, weight, None).float()  # [n, V] = h W^T (oneDNN on CPU in fp32: ~1.4x MKL here)
         if bias is not None:
             z += bias
         label_z = z.gather(1, label[:, None]).squeeze(1)
@@ -98,10 +100,10 @@ def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float, bias:
         if with_grad:
             inv_s = s.reciprocal()[:, None]
             e = e.to(h.dtype)
-            grad_rows[start:start + step] = ((e @ weight).float() * inv_s - (1.0 - epsilon) * weight[label].float()
-                                             - epsilon * mean_row)
+            e_w = fast_linear(e, weight.t(), None).float()  # e @ W
+            grad_rows[start:start + step] = e_w * inv_s - (1.0 - epsilon) * weight[label].float() - epsilon * mean_row
             scaled_h = (h32 * inv_s).to(h.dtype)
-            if h.dtype == torch.float32:
+            if h.dtype == torch.float32:  # MKL: oneDNN was 2.3x slower at this [V, n] x [n, D] shape
                 grad_weight.addmm_(e.t(), scaled_h)
             else:  # CPU has no mixed-dtype addmm: a low-precision product, summed in fp32
                 grad_weight += (e.t() @ scaled_h).float()

@@ -425,19 +425,52 @@ ONEDNN_MIN_MACS = 2**20  # below, oneDNN's fixed cost per call (~13 us) outweigh
 
 
 def fast_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """F.linear, through oneDNN at inference (no autograd) on CPU in float32 where that pays. torch's F.linear
-    calls MKL's sgemm, which on AMD EPYC (Zen 5, 2 threads) runs at about half oneDNN's speed ([1000, 128] x
-    [128, 384]: 462 vs 218 us; [128, 512] x [512, 1536]: 972 vs 446 us; the 8k-58k output projections
-    1.3-1.7x) but costs ~8 us less per call, so products under ONEDNN_MIN_MACS multiply-adds stay with it
-    ([4, 128] x [128, 384]: 9 vs 16 us)."""
-    if (_ONEDNN_LINEAR is None or torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu"
-            or x.numel() * weight.size(0) < ONEDNN_MIN_MACS):
+    """F.linear, through oneDNN on CPU in float32 where that pays, forward and backward. torch's F.linear calls
+    MKL's sgemm, which on AMD EPYC (Zen 5, 2 threads) runs at about half oneDNN's speed ([1000, 128] x
+    [128, 384]: 462 vs 218 us; [128, 512] x [512, 1536]: 972 vs 446 us; a base-size training step's products
+    2.2x forward and for the input's gradient, 1.6-1.9x for the weight's) but costs ~8 us less per call, so
+    products under ONEDNN_MIN_MACS multiply-adds stay with it ([4, 128] x [128, 384]: 9 vs 16 us). Under
+    autocast (bf16/fp16), F.linear, which casts."""
+    if (_ONEDNN_LINEAR is None or x.dtype != torch.float32 or x.device.type != "cpu"
+            or x.numel() * weight.size(0) < ONEDNN_MIN_MACS or _cpu_autocast()):
         return F.linear(x, weight, bias)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return _OneDNNLinear.apply(x, weight, bias)
     return _ONEDNN_LINEAR(x, weight, bias, "none", [], "")
 
 
-class InferenceLinear(nn.Module):
-    """An nn.Linear's parameters (same names) computed with fast_linear; see `for_cpu_inference`."""
+class _OneDNNLinear(torch.autograd.Function):
+    """y = x W^T + b with both gradients from oneDNN products too: dx = dy W, dW = dy^T x (as linear forms)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _ONEDNN_LINEAR(x, weight, bias, "none", [], "")
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        x, weight = ctx.saved_tensors
+        rows = grad.reshape(-1, grad.size(-1))
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = _ONEDNN_LINEAR(grad, weight.t(), None, "none", [], "")
+        if ctx.needs_input_grad[1]:
+            grad_w = _ONEDNN_LINEAR(rows.t(), x.reshape(-1, x.size(-1)).t(), None, "none", [], "")
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = rows.sum(0)
+        return grad_x, grad_w, grad_b
+
+
+def _cpu_autocast() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch < 2.4
+        return torch.is_autocast_cpu_enabled()
+
+
+class CPULinear(nn.Module):
+    """An nn.Linear's parameters (same names) computed with fast_linear; see `for_cpu`."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
@@ -447,15 +480,14 @@ class InferenceLinear(nn.Module):
         return fast_linear(x, self.weight, self.bias)
 
 
-def for_cpu_inference(model: nn.Module) -> nn.Module:
-    """`model` with every nn.Linear replaced (in place) by an InferenceLinear over the same parameters: how nmt
-    translate and serve run a model in float32 on CPU. Not for training, nor before int8 quantization (which
-    converts nn.Linear modules)."""
+def for_cpu(model: nn.Module) -> nn.Module:
+    """`model` with every nn.Linear replaced (in place) by a CPULinear over the same parameters: how nmt trains
+    and translates on CPU in float32. Not before int8 quantization, which converts nn.Linear modules."""
     for name, child in model.named_children():
         if type(child) is nn.Linear:
-            setattr(model, name, InferenceLinear(child))
+            setattr(model, name, CPULinear(child))
         else:
-            for_cpu_inference(child)
+            for_cpu(child)
     return model
 
 

@@ -26,7 +26,7 @@ from nmt.device import keep_freed_memory, pick_device
 from nmt.errors import NmtError
 from nmt.log import Reporter, console
 from nmt.loss import projected_label_smoothed_loss
-from nmt.model import Transformer
+from nmt.model import Transformer, for_cpu
 from nmt.optim import adam, amp_dtype, autocast, learning_rate
 from nmt.rundir import RunDir
 from nmt.tokenizer import Tokenizer
@@ -96,6 +96,8 @@ class Trainer:
         self.model = Transformer.from_config(cfg.model, *self.data.vocab_sizes, pad_id=self.special.pad,
                                              joint_vocab=self.tokenizer.joint)
         self.model.to(self.device)
+        if self.device.type == "cpu":
+            for_cpu(self.model)  # float32 products through oneDNN where that is faster
         self.ddp = self.dist.wrap(self.model)
         self.optimizer = adam(list(self.model.parameters()), lr=learning_rate(1, cfg), betas=tuple(t.betas),
                               eps=t.eps, weight_decay=t.weight_decay)

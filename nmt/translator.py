@@ -20,7 +20,7 @@ from nmt.config import Config, DecodeConfig, apply_dict, config_from_dict, parse
 from nmt.device import cpu_bf16_pays, pick_device
 from nmt.errors import CheckpointError, NmtError, first_line
 from nmt.log import console
-from nmt.model import Transformer, for_cpu_inference
+from nmt.model import Transformer, for_cpu
 from nmt.search import Hypothesis, beam_search, greedy_search
 from nmt.tokenizer import Tokenizer
 
@@ -112,7 +112,7 @@ class Translator:
         if quantize is not None:
             self._quantize(quantize)
         elif self.device.type == "cpu" and dtype == "fp32":
-            for_cpu_inference(self.model)  # its Linear layers through oneDNN where that is faster
+            for_cpu(self.model)  # its Linear layers through oneDNN where that is faster
         self.prefix = self._prefix_id(decode.prefix)
         layers = model_config.decoder_layers
         if not -layers <= attention_layer < layers:

@@ -331,8 +331,8 @@ def test_output_bias_and_unscaled_embeddings():
 
 
 def test_fast_linear_equals_f_linear_and_falls_back(monkeypatch):
-    """Linear layers at inference on CPU (float32) go through oneDNN for products of at least ONEDNN_MIN_MACS
-    multiply-adds: the same numbers as F.linear; F.linear under autograd, below the size, or without oneDNN."""
+    """Linear layers on CPU in float32 go through oneDNN for products of at least ONEDNN_MIN_MACS multiply-adds,
+    forward and backward: the same numbers as F.linear; F.linear below the size, under autocast, without oneDNN."""
     import nmt.model as model_module
 
     g = torch.Generator().manual_seed(0)
@@ -349,29 +349,37 @@ def test_fast_linear_equals_f_linear_and_falls_back(monkeypatch):
                 got, want = model_module.fast_linear(x, w, bias), F.linear(x, w, bias)
                 torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
     assert len(calls) == (2 if onednn is not None else 0)  # the big product only, with and without bias
-    x = big.clone().requires_grad_()
-    model_module.fast_linear(x, w, b).sum().backward()  # autograd: F.linear
-    assert x.grad is not None and len(calls) == (2 if onednn is not None else 0)
+    # training: the gradients of x, W and b through oneDNN's products equal F.linear's
+    grads = []
+    for linear in (model_module.fast_linear, F.linear):
+        x, w1, b1 = (t.clone().requires_grad_() for t in (big, w, b))
+        (linear(x, w1, b1) * torch.linspace(-1, 1, 512)).sum().backward()
+        grads.append((x.grad, w1.grad, b1.grad))
+    for got, want in zip(*grads, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
+    assert len(calls) == (5 if onednn is not None else 0)  # forward, dx, dW
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast: F.linear, which casts
+        assert model_module.fast_linear(big, w, b).dtype == torch.bfloat16
     monkeypatch.setattr(model_module, "_ONEDNN_LINEAR", None)
     with torch.no_grad():
         assert torch.equal(model_module.fast_linear(big, w, b), F.linear(big, w, b))
 
 
-def test_for_cpu_inference_keeps_the_weights_and_the_results(monkeypatch):
-    """nmt translate's float32 CPU model: every nn.Linear replaced by an InferenceLinear over the same parameters
+def test_for_cpu_keeps_the_weights_and_the_results(monkeypatch):
+    """nmt translate's float32 CPU model: every nn.Linear replaced by an CPULinear over the same parameters
     (same state dict, same tensors), the same logits and translations (every product through oneDNN here)."""
     import nmt.model as model_module
-    from nmt.model import InferenceLinear, for_cpu_inference
+    from nmt.model import CPULinear, for_cpu
     from nmt.search import beam_search
 
     monkeypatch.setattr(model_module, "ONEDNN_MIN_MACS", 0)
 
     model, fast = make_model(pre_norm=True), make_model(pre_norm=True)
     before = {k: v.clone() for k, v in fast.state_dict().items()}
-    for_cpu_inference(fast)
+    for_cpu(fast)
     assert not any(type(m) is torch.nn.Linear for m in fast.modules())
     # 2 encoder layers x (qkv, out, w1, w2) + 2 decoder layers x (qkv, out, q, kv, out, w1, w2)
-    assert sum(isinstance(m, InferenceLinear) for m in fast.modules()) == 2 * 4 + 2 * 7
+    assert sum(isinstance(m, CPULinear) for m in fast.modules()) == 2 * 4 + 2 * 7
     assert fast.state_dict().keys() == before.keys()
     assert all(torch.equal(fast.state_dict()[k], v) for k, v in before.items())
     with torch.no_grad():
