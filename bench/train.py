@@ -16,10 +16,9 @@ function, so the work is equal. Weights are random; vocabulary `--vocab` shared 
 output layer in both. Ours runs as `nmt train` does: the decoder's last states into
 `projected_label_smoothed_loss` (chunked vocabulary projection, no full logits), its Linear layers through
 oneDNN where that is faster (`nmt.model.for_cpu`); "ours-mkl" is the same with torch's F.linear (MKL's sgemm:
-the code before that); "ours-logits" is the
-same model through full logits and `label_smoothed_loss` (the path before that loss existed, and what
-Marian gets), so the table also says what the fused loss is worth. `--dtype bf16` runs all three
-under bf16 autocast (fp32 weights, as `nmt train` with train.amp does).
+the code before that); "ours-logits" is the same model through full logits and `label_smoothed_loss` (the
+path before that loss existed, and what Marian gets), so the table also says what the fused loss is worth.
+`--dtype bf16` runs all of them under bf16 autocast (fp32 weights, as `nmt train` with train.amp does).
 
 Updates run interleaved (ours, Marian, Marian, ours, ...) after a warm-up; the medians are reported, with
 the median of per-round ratios in brackets and how much CPU other processes took meanwhile.

@@ -366,7 +366,7 @@ def test_fast_linear_equals_f_linear_and_falls_back(monkeypatch):
 
 
 def test_for_cpu_keeps_the_weights_and_the_results(monkeypatch):
-    """nmt translate's float32 CPU model: every nn.Linear replaced by an CPULinear over the same parameters
+    """nmt translate's float32 CPU model: every nn.Linear replaced by a CPULinear over the same parameters
     (same state dict, same tensors), the same logits and translations (every product through oneDNN here)."""
     import nmt.model as model_module
     from nmt.model import CPULinear, for_cpu

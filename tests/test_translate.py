@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from nmt import checkpoint
 from nmt.config import DecodeConfig, load_config
 from nmt.errors import CheckpointError, NmtError
+from nmt.model import CPULinear
 from nmt.score import corpus_bleu
 from nmt.translate import TranslateOptions, translate_file
 from nmt.translator import Translator
@@ -98,6 +99,14 @@ def test_bf16_and_int8_paths_run(demo_run):
         t = Translator.from_checkpoint(demo_run / "averaged.pt", DecodeConfig(beam=2), **kwargs)
         out = texts(t, ["forty-two", "", "the red car"])
         assert len(out) == 3 and out[1] == "" and out[0]
+        assert not any(isinstance(m, CPULinear) for m in t.model.modules())  # fp32 only (int8 converts nn.Linear)
+
+
+def test_fp32_on_cpu_computes_linear_layers_with_fast_linear(translator):
+    """nmt translate's float32 CPU model has its Linear layers through nmt.model.fast_linear (oneDNN where faster)."""
+    assert translator.dtype == "fp32" and translator.device.type == "cpu"
+    assert any(isinstance(m, CPULinear) for m in translator.model.modules())
+    assert not any(type(m) is torch.nn.Linear for m in translator.model.modules())
 
 
 def test_bad_dtype_quantize_and_layer_are_clear_errors(demo_run):
