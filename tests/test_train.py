@@ -430,3 +430,22 @@ def test_continue_an_nmt_model_on_new_data(demo_run, demo_raw, tmp_path):
     continued, scratch = metrics(run)[0]["loss"], metrics(tmp_path / "scratch")[0]["loss"]
     assert continued < scratch - 1.0
     assert checkpoint.load(run / "last.pt")["config"]["model"] == checkpoint.load(ckpt)["config"]["model"]
+
+
+def test_training_on_cpu_computes_linear_layers_with_fast_linear(demo_data, tmp_path):
+    """nmt train on CPU: every Linear layer through nmt.model.fast_linear (oneDNN in float32 where faster), and the
+    checkpoint it writes still holds the plain parameter names a model loads."""
+    from nmt.model import CPULinear
+
+    trainer = train_mod.Trainer(tiny_config(demo_data, tmp_path / "run", "train.max_updates=2"), progress=False)
+    try:
+        assert trainer.device.type == "cpu"
+        assert not any(type(m) is torch.nn.Linear for m in trainer.model.modules())
+        assert any(isinstance(m, CPULinear) for m in trainer.model.modules())
+        trainer.run()
+    finally:
+        trainer.close()
+    state = checkpoint.load(tmp_path / "run" / "last.pt")
+    plain = train_mod.Transformer.from_config(trainer.cfg.model, *trainer.data.vocab_sizes, pad_id=trainer.special.pad,
+                                              joint_vocab=trainer.tokenizer.joint)
+    plain.load_state_dict(state["model"])  # strict: the same names
