@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from nmt.decoding import DecoderCache
 from nmt.model import Transformer, sinusoidal_positions
@@ -247,19 +248,72 @@ def test_dropout_only_in_training():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_dropout_drops_p_and_keeps_the_mean(dtype):
-    """The fast CPU paths: a fraction p of zeros, survivors scaled by exactly 1/(1-p) (in bf16 as exactly as
-    x * 1/(1-p) rounds), the gradient through the same mask."""
-    from nmt.model import Dropout
+    """The fast CPU paths: a fraction p of zeros, survivors scaled by 1/(1-p') for p rounded to 2^-16
+    (in bf16 as exactly as x * scale rounds), the gradient through the same mask, the mask from the seed."""
+    from nmt.model import MASK_LEVELS, Dropout
 
+    scale = MASK_LEVELS / (MASK_LEVELS - round(0.1 * MASK_LEVELS))
+    assert abs(scale - 1 / 0.9) < 1e-4
     torch.manual_seed(0)
     x = torch.full((400, 500), 0.5, dtype=dtype, requires_grad=True)
     y = Dropout(0.1).train()(x)
     dropped = (y == 0).float().mean().item()
     assert abs(dropped - 0.1) < 0.005
-    assert torch.equal(y[y != 0], torch.full_like(y[y != 0], 0.5) * (1 / 0.9))
+    assert torch.equal(y[y != 0], torch.full_like(y[y != 0], 0.5) * scale)
     assert y.dtype == dtype and abs(y.float().mean().item() - 0.5) < 0.005
     y.sum().backward()
     assert torch.equal(x.grad == 0, y == 0)
+    torch.manual_seed(0)
+    assert torch.equal(Dropout(0.1).train()(x), y)
+
+
+def test_bf16_attention_over_short_sequences_is_written_out_and_agrees_with_sdpa(monkeypatch):
+    """On CPU in bf16, attention over <= EXPLICIT_MAX_KEYS keys skips SDPA (4x slower there, forward +
+    backward); float32 and longer sequences keep it. Both ways give the same output and gradients."""
+    import nmt.model as M
+
+    torch.manual_seed(0)
+    attn = M.MultiHeadAttention(32, 4, attention_dropout=0.0)
+    x = torch.randn(3, 7, 32)
+    mask = torch.ones(3, 1, 1, 7, dtype=torch.bool)
+    mask[0, ..., 5:] = False
+
+    def run() -> tuple[Tensor, Tensor]:
+        attn.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out, _ = attn.attend(*attn.qkv(x), mask=mask)
+        out.float().square().sum().backward()
+        return out.float(), attn.qkv_proj.weight.grad.clone()
+
+    sdpa = F.scaled_dot_product_attention
+    calls = []
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or sdpa(*a, **k))
+    explicit_out, explicit_grad = run()
+    assert calls == []
+    monkeypatch.setattr(M, "EXPLICIT_MAX_KEYS", 0)
+    sdpa_out, sdpa_grad = run()
+    assert calls == [1]
+    assert (explicit_out - sdpa_out).abs().max() < 0.02
+    assert torch.allclose(explicit_grad, sdpa_grad, rtol=0.05, atol=0.05 * sdpa_grad.abs().max().item())
+    monkeypatch.setattr(M, "EXPLICIT_MAX_KEYS", 128)
+    q, long = torch.randn(1, 4, 7, 8), torch.randn(1, 4, 129, 8)
+    assert M.explicit_attention_pays(q.bfloat16(), q.bfloat16())
+    assert not M.explicit_attention_pays(q, q)  # float32: SDPA
+    assert not M.explicit_attention_pays(q.bfloat16(), long.bfloat16())  # 129 keys: SDPA
+
+
+def test_keep_mask_is_uniform_over_its_16_bit_levels():
+    """Each element is dropped with probability dropped / 2^16, independently of its position in the
+    64-bit draw it was cut from (a biased quarter would show at one of the four offsets)."""
+    from nmt.model import MASK_LEVELS, keep_mask
+
+    torch.manual_seed(0)
+    for dropped in (1, MASK_LEVELS // 10, MASK_LEVELS // 2, MASK_LEVELS - 1):
+        keep = keep_mask(torch.Size([250_001, 4]), dropped)
+        rate = 1 - keep.float().mean(dim=0)  # per offset within a draw
+        expected = dropped / MASK_LEVELS
+        assert (rate - expected).abs().max() < 5 * math.sqrt(expected * (1 - expected) / 250_001) + 1e-5, rate
+    assert keep_mask(torch.Size([3, 5]), 0).all()  # 15 of the 16 levels of 4 draws
 
 
 @pytest.mark.parametrize("pre_norm", [False, True])
