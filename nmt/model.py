@@ -446,19 +446,40 @@ class Transformer(nn.Module):
 ONEDNN_MIN_MACS = 2**20  # below, oneDNN's fixed cost per call (~13 us) outweighs its faster kernel
 
 
-def fast_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """F.linear, through oneDNN on CPU in float32 where that pays, forward and backward. torch's F.linear calls
-    MKL's sgemm, which on AMD EPYC (Zen 5, 2 threads) runs at about half oneDNN's speed ([1000, 128] x
+def fast_linear(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor | None = None) -> Tensor:
+    """F.linear, through oneDNN on CPU where that pays, forward and backward. torch's F.linear calls MKL's
+    sgemm for float32, which on AMD EPYC (Zen 5, 2 threads) runs at about half oneDNN's speed ([1000, 128] x
     [128, 384]: 462 vs 218 us; [128, 512] x [512, 1536]: 972 vs 446 us; a base-size training step's products
-    2.2x forward and for the input's gradient, 1.6-1.9x for the weight's) but costs ~8 us less per call, so
-    products under ONEDNN_MIN_MACS multiply-adds stay with it ([4, 128] x [128, 384]: 9 vs 16 us). Under
-    autocast (bf16/fp16), F.linear, which casts."""
-    if (_ONEDNN_LINEAR is None or x.dtype != torch.float32 or x.device.type != "cpu"
-            or x.numel() * weight.size(0) < ONEDNN_MIN_MACS or _cpu_autocast()):
+    2.2x forward and for the input's gradient, 1.6-1.9x for the weight's) but costs ~5 us less per call, so
+    products under ONEDNN_MIN_MACS multiply-adds stay with it ([4, 128] x [128, 384]: 10 vs 15-17 us).
+    `packed` (`pack_weight` of `weight`) is used where no gradient is wanted, in float32 and in a bf16
+    model's bf16. Under autocast, F.linear, which casts."""
+    if (_ONEDNN_LINEAR is None or x.device.type != "cpu" or _cpu_autocast() or x.dtype != weight.dtype
+            or x.dtype not in (torch.float32, torch.bfloat16)):
+        return F.linear(x, weight, bias)
+    if x.dtype == torch.float32 and x.numel() * weight.size(0) < ONEDNN_MIN_MACS:
         return F.linear(x, weight, bias)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        return _OneDNNLinear.apply(x, weight, bias)
-    return _ONEDNN_LINEAR(x, weight, bias, "none", [], "")
+        return _OneDNNLinear.apply(x, weight, bias) if x.dtype == torch.float32 else F.linear(x, weight, bias)
+    if packed is not None:
+        return _ONEDNN_LINEAR(x, packed, bias, "none", [], "")
+    if x.dtype == torch.float32:
+        return _ONEDNN_LINEAR(x, weight, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
+def pack_weight(weight: Tensor) -> Tensor | None:
+    """A float32 or bf16 CPU weight [N, K] reordered once into oneDNN's blocked layout, for inference: with
+    the plain layout oneDNN reorders it on every call, which products with few rows (a decoding step: beam
+    x sentences) pay most (2 threads, [4, 512] x [512, 2048]: fp32 81 vs 42 us, bf16 50 vs 31 us; the
+    [4, 512] x [512, 8000] projection fp32 300 vs 125 us) and larger ones a little ([128, 512] x [512, 2048]:
+    634 vs 581 us). A copy, so it takes the weight's memory again and does not follow later changes of
+    `weight` (CPULinear re-packs when the weight's version changes). None where oneDNN or its reorder is
+    missing."""
+    if (_ONEDNN_LINEAR is None or _ONEDNN_PACK is None or weight.device.type != "cpu"
+            or weight.dtype not in (torch.float32, torch.bfloat16)):
+        return None
+    return _ONEDNN_PACK(weight.detach())
 
 
 class _OneDNNLinear(torch.autograd.Function):
@@ -492,29 +513,47 @@ def _cpu_autocast() -> bool:
 
 
 class CPULinear(nn.Module):
-    """An nn.Linear's parameters (same names) computed with fast_linear; see `for_cpu`."""
+    """An nn.Linear's parameters (same names) computed with fast_linear; see `for_cpu`. After `pack()`
+    (inference), products that need no gradient read a oneDNN-packed copy of the weight."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, weight: Tensor, bias: Tensor | None):
         super().__init__()
-        self.weight, self.bias = linear.weight, linear.bias
+        self.weight, self.bias = weight, bias
+        self.packed: Tensor | None = None
+        self._packed_version = -1
+
+    @classmethod
+    def of(cls, linear: nn.Linear) -> CPULinear:
+        return cls(linear.weight, linear.bias)
+
+    def pack(self) -> CPULinear:
+        self.packed, self._packed_version = pack_weight(self.weight), self.weight._version
+        return self
 
     def forward(self, x: Tensor) -> Tensor:
-        return fast_linear(x, self.weight, self.bias)
+        if self.packed is not None and self._packed_version != self.weight._version:
+            self.pack()  # the weight changed in place since: never compute with a stale copy
+        return fast_linear(x, self.weight, self.bias, self.packed)
 
 
-def for_cpu(model: nn.Module) -> nn.Module:
+def for_cpu(model: nn.Module, pack: bool = False) -> nn.Module:
     """`model` with every nn.Linear replaced (in place) by a CPULinear over the same parameters: how nmt trains
-    and translates on CPU in float32. Not before int8 quantization, which converts nn.Linear modules."""
+    on CPU and translates on CPU in float32 and bf16; `pack`: (inference) each with a oneDNN-packed copy of its
+    weight, and a Transformer's output projection too. Not before int8 quantization, which converts
+    nn.Linear modules."""
     for name, child in model.named_children():
         if type(child) is nn.Linear:
-            setattr(model, name, CPULinear(child))
+            setattr(model, name, CPULinear.of(child).pack() if pack else CPULinear.of(child))
         else:
-            for_cpu(child)
+            for_cpu(child, pack)
+    if pack and isinstance(model, Transformer) and model.output_layer is None:
+        model.output_layer = CPULinear(model.output_weight, model.output_bias).pack()
     return model
 
 
 # an internal op of torch (inductor's CPU matmul), so looked up rather than assumed
 _ONEDNN_LINEAR = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
+_ONEDNN_PACK = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None) if _ONEDNN_LINEAR is not None else None
 
 
 def _attend_mask(pad_mask: Tensor) -> Tensor:

@@ -111,8 +111,8 @@ class Translator:
         self.model = load_model(state, self.tokenizer, self.device, DTYPES[dtype])
         if quantize is not None:
             self._quantize(quantize)
-        elif self.device.type == "cpu" and dtype == "fp32":
-            for_cpu(self.model)  # its Linear layers through oneDNN where that is faster
+        elif self.device.type == "cpu":  # Linear layers and output projection through oneDNN, weights prepacked
+            for_cpu(self.model, pack=True)
         self.prefix = self._prefix_id(decode.prefix)
         layers = model_config.decoder_layers
         if not -layers <= attention_layer < layers:

@@ -267,6 +267,54 @@ def test_dropout_drops_p_and_keeps_the_mean(dtype):
     assert torch.equal(Dropout(0.1).train()(x), y)
 
 
+def test_packed_weights_give_the_same_results_and_follow_weight_changes(monkeypatch):
+    """for_cpu(pack=True) (nmt translate's fp32 CPU model): every CPULinear and the output projection read a
+    oneDNN-packed copy of their weight, with the logits and translations of the plain model; a weight
+    changed in place is re-packed, never computed stale; with gradients the plain weight is used."""
+    import nmt.model as model_module
+    from nmt.model import CPULinear, for_cpu
+    from nmt.search import beam_search
+
+    if model_module._ONEDNN_PACK is None:
+        pytest.skip("this torch build has no oneDNN weight packing")
+    monkeypatch.setattr(model_module, "ONEDNN_MIN_MACS", 0)  # float32 products this small go to MKL
+    model, packed = make_model(pre_norm=True), make_model(pre_norm=True)
+    for_cpu(packed, pack=True)
+    layers = [m for m in packed.modules() if isinstance(m, CPULinear)]
+    assert len(layers) == 2 * 4 + 2 * 7 + 1 and all(m.packed is not None for m in layers)
+    assert packed.output_layer.weight is packed.output_weight
+    calls = []
+    real = model_module._ONEDNN_LINEAR
+    monkeypatch.setattr(model_module, "_ONEDNN_LINEAR", lambda x, w, *a: calls.append(w.is_mkldnn) or real(x, w, *a))
+    with torch.no_grad():
+        logits = packed(SRC, TGT)
+        assert calls and all(calls)  # every product, however small, through a packed weight
+        torch.testing.assert_close(logits, model(SRC, TGT), atol=1e-5, rtol=0)
+        ids = dict(bos=BOS, eos=EOS, pad=PAD, beam=3, max_len_b=6)
+        tokens = [[h[0].tokens for h in beam_search(m, SRC, **ids)] for m in (packed, model)]
+        assert tokens[0] == tokens[1]
+        for m in (packed, model):
+            m.decoder_layers[0].ffn.w1.weight.mul_(-1.0)
+        torch.testing.assert_close(packed(SRC, TGT), model(SRC, TGT), atol=1e-5, rtol=0)
+    x = torch.randn(3, 32, requires_grad=True)
+    layer = packed.decoder_layers[0].ffn.w1
+    layer(x).sum().backward()
+    assert layer.weight.grad is not None and x.grad is not None
+
+
+def test_packed_bf16_model_matches_the_plain_bf16_model():
+    """A bf16 model (nmt translate --dtype bf16 on CPU) computes with packed bf16 weights at every size."""
+    import nmt.model as model_module
+    from nmt.model import for_cpu
+
+    if model_module._ONEDNN_PACK is None:
+        pytest.skip("this torch build has no oneDNN weight packing")
+    model, packed = make_model(pre_norm=True).bfloat16(), for_cpu(make_model(pre_norm=True).bfloat16(), pack=True)
+    assert packed.output_layer.packed is not None and packed.output_layer.packed.dtype == torch.bfloat16
+    with torch.no_grad():
+        torch.testing.assert_close(packed(SRC, TGT).float(), model(SRC, TGT).float(), atol=0.05, rtol=0.02)
+
+
 def test_bf16_attention_over_short_sequences_is_written_out_and_agrees_with_sdpa(monkeypatch):
     """On CPU in bf16, attention over <= EXPLICIT_MAX_KEYS keys skips SDPA (4x slower there, forward +
     backward); float32 and longer sequences keep it. Both ways give the same output and gradients."""

@@ -99,14 +99,18 @@ def test_bf16_and_int8_paths_run(demo_run):
         t = Translator.from_checkpoint(demo_run / "averaged.pt", DecodeConfig(beam=2), **kwargs)
         out = texts(t, ["forty-two", "", "the red car"])
         assert len(out) == 3 and out[1] == "" and out[0]
-        assert not any(isinstance(m, CPULinear) for m in t.model.modules())  # fp32 only (int8 converts nn.Linear)
+        # bf16: packed oneDNN weights; int8 converts nn.Linear itself
+        assert any(isinstance(m, CPULinear) for m in t.model.modules()) == ("dtype" in kwargs)
 
 
 def test_fp32_on_cpu_computes_linear_layers_with_fast_linear(translator):
-    """nmt translate's float32 CPU model has its Linear layers through nmt.model.fast_linear (oneDNN where faster)."""
+    """nmt translate's float32 CPU model has its Linear layers and output projection through nmt.model.fast_linear
+    (oneDNN where faster), with prepacked weights."""
     assert translator.dtype == "fp32" and translator.device.type == "cpu"
-    assert any(isinstance(m, CPULinear) for m in translator.model.modules())
-    assert not any(type(m) is torch.nn.Linear for m in translator.model.modules())
+    layers = [m for m in translator.model.modules() if isinstance(m, CPULinear)]
+    assert layers and not any(type(m) is torch.nn.Linear for m in translator.model.modules())
+    assert all(m.packed is not None for m in layers)  # weights prepacked once for oneDNN
+    assert translator.model.output_layer in layers
 
 
 def test_bad_dtype_quantize_and_layer_are_clear_errors(demo_run):
@@ -273,7 +277,7 @@ def test_int8_quantizes_the_output_projection_too(demo_run):
     head = type(int8.model.output_layer)
     assert head.__name__ == "Linear" and "quantized" in head.__module__
     fp32 = Translator(state, DecodeConfig(beam=1), dtype="fp32")
-    assert fp32.model.output_layer is None
+    assert isinstance(fp32.model.output_layer, CPULinear)  # float32, prepacked for oneDNN
     lines = ["three hundred forty-two", "the big red dogs", "May fourth, nineteen ninety-one"] * 3
     same = sum(a.text == b.text for a, b in zip(int8.translate_chunk(lines), fp32.translate_chunk(lines)))
     assert same >= 6
