@@ -66,6 +66,27 @@ def test_under_bf16_autocast_it_stays_close_to_fp32():
         torch.testing.assert_close(b, a, rtol=0.03, atol=0.03)
 
 
+@pytest.mark.parametrize("gathered_rows", [1, 3, 100])  # a product per chunk, per 3 chunks (ragged end), one
+def test_low_precision_weight_gradient_gathers_chunks_into_one_product(monkeypatch, gathered_rows):
+    """In bf16 the e^T (h / s) products of several one-row chunks are made as one (LowPrecisionGradWeight);
+    the gradients stay those of the plain loss on the same bf16 inputs, and each product is cast once."""
+    hidden, weight, target = inputs(5)
+    monkeypatch.setattr(loss_mod, "CHUNK_BYTES", 4 * weight.size(0))  # one row per chunk
+    monkeypatch.setattr(loss_mod, "DW_BYTES", gathered_rows * 2 * weight.size(0))
+    products = []
+    flush = loss_mod.LowPrecisionGradWeight.flush_into
+    monkeypatch.setattr(loss_mod.LowPrecisionGradWeight, "flush_into",
+                        lambda self, g: products.append(self.used) or flush(self, g))
+    h16, w16 = hidden.bfloat16().float(), weight.bfloat16().float()
+    plain = with_grads(lambda h, w, t: label_smoothed_loss(h @ w.t(), t, 0.1, pad=0), h16, w16, target)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = with_grads(lambda h, w, t: projected_label_smoothed_loss(h, w, t, 0.1, pad=0), hidden, weight, target)
+    rows = int(target.ne(0).sum())
+    assert sum(products) == rows and max(products) == min(gathered_rows, rows)
+    torch.testing.assert_close(low[3], plain[3], rtol=0.02, atol=0.02)
+    torch.testing.assert_close(low[2], plain[2], rtol=0.02, atol=0.02)
+
+
 def test_a_fixed_output_bias_is_part_of_the_logits():
     hidden, weight, target = inputs(4)
     bias = torch.linspace(-2.0, 2.0, weight.size(0))
