@@ -119,12 +119,12 @@ DW_BYTES = 16 << 20  # low precision: e rows gathered per e^T (h / s) product (e
 class LowPrecisionGradWeight:
     """d loss / d W's e^T (h / s) in bf16/fp16: CPU has no mixed-dtype addmm, so each low-precision product is
     cast to fp32 and added to the [V, D] gradient, ~4 x V x D bytes of memory traffic; per 131-row chunk
-    that cost as much as the product (base, V 8,000: the bf16 loss 231 -> 169 ms, the update ~3%). The
+    that cost as much as the product (base, V 8,000: the bf16 loss 231-254 -> 169-213 ms, the update ~3%). The
     chunks' e and h / s are gathered instead, DW_BYTES of e at a time, and one product over them is cast
     and added (`flush_into`)."""
 
     def __init__(self, rows: Tensor, vocab: int, step: int):
-        capacity = max(step, DW_BYTES // (rows.element_size() * vocab) // step * step)
+        capacity = max(step, min(rows.size(0), DW_BYTES // (rows.element_size() * vocab)) // step * step)
         self.e = rows.new_empty((capacity, vocab))
         self.h = rows.new_empty((capacity, rows.size(1)))
         self.used = 0
