@@ -309,7 +309,7 @@ def bench(name: str, args, workdir: str) -> list[list[str]]:
     ours_model, hf_model = ours_model.to(dtype), hf_model.to(dtype)
     if args.dtype == "int8":  # ours exactly as `nmt translate --quantize int8` does it
         ours_model, hf_model = quantize_int8(ours_model), quantized(hf_model)
-    elif args.dtype == "fp32" and not args.mkl_linear:  # ours as `nmt translate` runs fp32 on CPU
+    elif not args.mkl_linear:  # ours as `nmt translate` runs fp32 and bf16 on CPU (nmt.translator.Translator)
         ours_model = for_cpu(ours_model, pack=not args.unpacked)
     if ct2 is None and use_ct2:
         print("ctranslate2 is not installed: skipping it (pip install ctranslate2)", file=sys.stderr)
@@ -355,9 +355,9 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--no-ct2", action="store_true", help="skip CTranslate2 even if installed")
     p.add_argument("--mkl-linear", action="store_true",
-                   help="fp32: ours with torch's F.linear (MKL) in its Linear layers, as before for_cpu")
+                   help="fp32/bf16: ours with torch's F.linear in its Linear layers, as before for_cpu")
     p.add_argument("--unpacked", action="store_true",
-                   help="fp32: ours through oneDNN with plain-layout weights, as before for_cpu(pack=True)")
+                   help="fp32/bf16: ours through oneDNN with plain-layout weights, as before for_cpu(pack=True)")
     p.add_argument("--dtype", choices=list(DTYPES), default="fp32",
                    help="fp32, bf16 (ours and HF; no CTranslate2) or int8 (dynamic quantization of all three)")
     p.add_argument("--floor", action="store_true",
