@@ -100,14 +100,14 @@ def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float, bias:
         loss += (1.0 - epsilon) * chunk_nll.sum() + epsilon * (lse - h32 @ mean_row - mean_bias).sum()
         if with_grad:
             inv_s = s.reciprocal()[:, None]
-            e = e.to(h.dtype) if low is None else low.add(e, (h32 * inv_s))
+            e = e.to(h.dtype) if low is None else low.add(e, h32 * inv_s, grad_weight)
             e_w = fast_linear(e, weight.t(), None).float()  # e @ W
             grad_rows[start:start + step] = e_w * inv_s - (1.0 - epsilon) * weight[label].float() - epsilon * mean_row
             if low is None:  # MKL: oneDNN was 2.3x slower at this [V, n] x [n, D] shape
                 grad_weight.addmm_(e.t(), h32 * inv_s)
-            elif low.full(step) or start + step >= rows.size(0):
-                low.flush_into(grad_weight)
             grad_weight.index_add_(0, label, h32, alpha=epsilon - 1.0)
+    if low is not None:
+        low.flush_into(grad_weight)
     if with_grad:
         grad_weight -= (epsilon / vocab) * rows.float().sum(dim=0)
     return loss, nll, grad_rows, grad_weight
@@ -129,16 +129,16 @@ class LowPrecisionGradWeight:
         self.h = rows.new_empty((capacity, rows.size(1)))
         self.used = 0
 
-    def add(self, e: Tensor, scaled_h: Tensor) -> Tensor:
-        """Stores a chunk's e (fp32 [n, V], cast here) and h / s; returns the stored low-precision e."""
+    def add(self, e: Tensor, scaled_h: Tensor, grad_weight: Tensor) -> Tensor:
+        """Stores a chunk's e (fp32 [n, V], cast here) and h / s, first flushing what is gathered into
+        `grad_weight` if they do not fit; returns the stored low-precision e."""
+        if self.used + e.size(0) > self.e.size(0):
+            self.flush_into(grad_weight)
         end = self.used + e.size(0)
         self.e[self.used:end].copy_(e)
         self.h[self.used:end].copy_(scaled_h)
         stored, self.used = self.e[self.used:end], end
         return stored
-
-    def full(self, next_rows: int) -> bool:
-        return self.used + next_rows > self.e.size(0)
 
     def flush_into(self, grad_weight: Tensor) -> None:
         if self.used:
