@@ -147,12 +147,13 @@ def hf_fn(model, src, length, ids: Ids):
 
 
 def quantized(model: torch.nn.Module) -> torch.nn.Module:
-    """Dynamic int8 quantization of the nn.Linear layers (HF's lm_head among them)."""
+    """Dynamic int8 quantization of the nn.Linear layers (HF's lm_head among them), per output channel as ours."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # eager-mode quantization is marked deprecated in favour of torchao
-        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear: qconfig}, dtype=torch.qint8)
 
 
 def ct2_model(hf_model, workdir: str) -> tuple[str, list[str]] | None:

@@ -268,7 +268,8 @@ def test_dtype_auto_is_bf16_only_where_it_pays(monkeypatch):
 
 def test_int8_quantizes_the_output_projection_too(demo_run):
     """--quantize int8 gives the tied output projection an int8 copy (as HF's lm_head and CTranslate2's output
-    layer are quantized); translations stay those of the fp32 model on the demo test set but a few."""
+    layer are quantized), with a scale per output channel as every quantized Linear; translations stay those
+    of the fp32 model on the demo test set but a few."""
     from nmt.config import DecodeConfig
     from nmt.translator import Translator
 
@@ -276,6 +277,10 @@ def test_int8_quantizes_the_output_projection_too(demo_run):
     int8 = Translator(state, DecodeConfig(beam=1), dtype="fp32", quantize="int8")
     head = type(int8.model.output_layer)
     assert head.__name__ == "Linear" and "quantized" in head.__module__
+    quantized = [m for m in int8.model.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+    weights = [m.weight() for m in quantized]
+    assert len(weights) > 1 and all(w.qscheme() == torch.per_channel_affine for w in weights)
+    assert weights[-1].q_per_channel_scales().numel() == weights[-1].size(0)
     fp32 = Translator(state, DecodeConfig(beam=1), dtype="fp32")
     assert isinstance(fp32.model.output_layer, CPULinear)  # float32, prepacked for oneDNN
     lines = ["three hundred forty-two", "the big red dogs", "May fourth, nineteen ninety-one"] * 3
