@@ -77,7 +77,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from nmt.model import for_cpu
 from nmt.search import beam_search
-from nmt.translator import quantize_int8
+from nmt.translator import linears_to_int8, quantize_int8
 
 BEAM, ALPHA = 4, 0.6
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
@@ -144,16 +144,6 @@ def hf_fn(model, src, length, ids: Ids):
         return out.shape == (src.size(0), length + 2) and bool(out[:, -1].eq(ids.eos).all())
 
     return run, check
-
-
-def quantized(model: torch.nn.Module) -> torch.nn.Module:
-    """Dynamic int8 quantization of the nn.Linear layers (HF's lm_head among them), per output channel as ours."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # eager-mode quantization is marked deprecated in favour of torchao
-        qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
-        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear: qconfig}, dtype=torch.qint8)
 
 
 def ct2_model(hf_model, workdir: str) -> tuple[str, list[str]] | None:
@@ -309,7 +299,7 @@ def bench(name: str, args, workdir: str) -> list[list[str]]:
     ours_model, hf_model, ct2, ids, vocab, cfg = contestants(name, args, workdir, use_ct2)
     ours_model, hf_model = ours_model.to(dtype), hf_model.to(dtype)
     if args.dtype == "int8":  # ours exactly as `nmt translate --quantize int8` does it
-        ours_model, hf_model = quantize_int8(ours_model), quantized(hf_model)
+        ours_model, hf_model = quantize_int8(ours_model), linears_to_int8(hf_model)
     elif not args.mkl_linear:  # ours as `nmt translate` runs fp32 and bf16 on CPU (nmt.translator.Translator)
         ours_model = for_cpu(ours_model, pack=not args.unpacked)
     if ct2 is None and use_ct2:

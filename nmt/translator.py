@@ -65,21 +65,26 @@ def load_model(state: dict[str, Any], tokenizer: Tokenizer, device: torch.device
 
 
 def quantize_int8(model: Transformer) -> Transformer:
-    """`--quantize int8`: PyTorch dynamic int8 quantization of the Linear layers (weights int8 with a scale per
-    output channel, as CTranslate2 quantizes; activations quantized per batch): one scale per matrix lost 0.44
-    BLEU on Multi30k test2016, one per channel 0.20. The output projection is the tied embedding matrix, not
-    an nn.Linear: an int8 copy of it takes its place, as HF's lm_head and CTranslate2's output layer are
-    quantized (with a 58k vocabulary it is most of a decoding step's work)."""
-    quantization = getattr(torch.ao, "quantization", None)
-    quantize_dynamic = getattr(quantization, "quantize_dynamic", None)
-    if quantize_dynamic is None:
-        raise NmtError("--quantize int8 needs torch.ao.quantization, which this torch build lacks")
+    """`--quantize int8`: `linears_to_int8`, the tied output projection included. That projection is the
+    embedding matrix, not an nn.Linear: an int8 copy of it takes its place, as HF's lm_head and CTranslate2's
+    output layer are quantized (with a 58k vocabulary it is most of a decoding step's work)."""
     head = torch.nn.Linear(model.d_model, model.output_weight.size(0), bias=model.output_bias is not None)
     with torch.no_grad():
         head.weight.copy_(model.output_weight)
         if model.output_bias is not None:
             head.bias.copy_(model.output_bias)
     model.output_layer = head
+    return linears_to_int8(model)
+
+
+def linears_to_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """PyTorch dynamic int8 quantization of every nn.Linear: weights int8 with a scale per output channel (as
+    CTranslate2 quantizes), activations quantized per batch. One scale per matrix lost 0.44 BLEU on Multi30k
+    test2016, one per channel 0.20. bench/translate.py quantizes HF's model with it too (equal work)."""
+    quantization = getattr(torch.ao, "quantization", None)
+    quantize_dynamic = getattr(quantization, "quantize_dynamic", None)
+    if quantize_dynamic is None:
+        raise NmtError("--quantize int8 needs torch.ao.quantization, which this torch build lacks")
     with warnings.catch_warnings():  # torch marks eager quantization deprecated in favour of torchao
         warnings.simplefilter("ignore")
         return quantize_dynamic(model, {torch.nn.Linear: quantization.per_channel_dynamic_qconfig}, dtype=torch.qint8)
