@@ -25,9 +25,8 @@ import torch
 from common import OtherLoad, interleaved, median, table
 
 from nmt import checkpoint
-from nmt.config import config_from_dict
 from nmt.score import score
-from nmt.translator import Translator
+from nmt.translator import ModelOptions, Translator
 
 MODES = {"fp32": {"dtype": "fp32"}, "bf16": {"dtype": "bf16"}, "int8": {"dtype": "fp32", "quantize": "int8"}}
 
@@ -46,10 +45,11 @@ def main() -> None:
     if unknown := [m for m in modes if m not in MODES]:
         raise SystemExit(f"unknown mode(s) {unknown}; choose from {', '.join(MODES)}")
     state = checkpoint.load(args.checkpoint)
-    decode = config_from_dict(state["config"]).decode
+    decode = state.config.decode
     lines = args.src.read_text(encoding="utf-8").splitlines()
     refs = args.ref.read_text(encoding="utf-8").splitlines()
-    translators = {m: Translator(state, decode, device="cpu", **MODES[m]) for m in modes}
+    translators = {m: Translator.load(state, opts=ModelOptions(device="cpu", config_given=False, **MODES[m]))
+                   for m in modes}
     outputs: dict[str, list] = {}
 
     def runner(mode: str):

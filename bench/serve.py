@@ -50,8 +50,7 @@ from pathlib import Path
 import torch
 from common import ROOT, OtherLoad, median, table
 
-from nmt import checkpoint
-from nmt.translator import Translator, checkpoint_decode
+from nmt.translator import ModelOptions, Translator
 
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k" / "test2016.en"
 
@@ -188,8 +187,7 @@ def main() -> None:
     clients = [int(c) for c in args.clients.split(",")]
 
     torch.set_num_threads(args.threads)
-    state = checkpoint.load(args.checkpoint)
-    translator = Translator(state, checkpoint_decode(state, [], args.checkpoint), dtype=args.dtype)
+    translator = Translator.load(args.checkpoint, opts=ModelOptions(dtype=args.dtype, config_given=False))
     print(f"{len(lines)} sentences of {args.source.name}, {args.checkpoint}: beam {translator.decode.beam}, "
           f"{translator.dtype}, {args.threads} threads; starting the servers", file=sys.stderr)
     delay = [] if args.max_delay_ms is None else ["--set", f"serve.max_delay_ms={args.max_delay_ms}"]

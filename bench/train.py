@@ -15,9 +15,10 @@ tokens (+BOS in, +EOS out), right-padded. Marian gets `decoder_input_ids` and `a
 function, so the work is equal. Weights are random; vocabulary `--vocab` shared by source, target and
 output layer in both. Ours runs as `nmt train` does: the decoder's last states into
 `projected_label_smoothed_loss` (chunked vocabulary projection, no full logits), its Linear layers through
-oneDNN where that is faster (`nmt.model.for_cpu`); "ours-mkl" is the same with torch's F.linear (MKL's sgemm:
-the code before that); "ours-logits" is the same model through full logits and `label_smoothed_loss` (the
-path before that loss existed, and what Marian gets), so the table also says what the fused loss is worth.
+oneDNN where that is faster and cheaper dropout masks (`nmt.precision.prepare`, nmt.kernels); "ours-mkl"
+is the same with torch's F.linear (MKL's sgemm); "ours-logits" is the same model through full logits and
+`label_smoothed_loss` (the path before that loss existed, and what Marian gets), so the table also says what
+the fused loss is worth.
 `--dtype bf16` runs all of them under bf16 autocast (fp32 weights, as `nmt train` with train.amp does).
 `--marian-attn eager` gives Marian HF's written-out attention instead of SDPA (faster in bf16 on CPU, as ours).
 
@@ -33,9 +34,10 @@ import argparse
 import torch
 from common import BOS, PAD, OtherLoad, interleaved, marian, median, model_config, ours, random_batch, table
 
+from nmt import kernels
 from nmt.loss import label_smoothed_loss, projected_label_smoothed_loss
-from nmt.model import for_cpu
 from nmt.optim import adam
+from nmt.precision import Precision, prepare
 
 
 def make_batch(max_tokens: int, vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -81,9 +83,11 @@ def bench(name: str, args) -> list[str]:
     batch = make_batch(args.max_tokens, args.vocab)
     contestants = {}
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
-    for label, model, loss_fn in (("ours", for_cpu(ours(cfg, args.vocab)), ours_loss),
-                                  ("ours-mkl", ours(cfg, args.vocab), ours_loss),
-                                  ("ours-logits", for_cpu(ours(cfg, args.vocab)), ours_logits_loss),
+    cpu, fp32 = torch.device("cpu"), Precision("fp32")  # the weights; --dtype bf16 is autocast, as in nmt train
+    for label, model, loss_fn in (("ours", prepare(ours(cfg, args.vocab), cpu, fp32, training=True), ours_loss),
+                                  ("ours-mkl", kernels.swap_dropout(ours(cfg, args.vocab)), ours_loss),
+                                  ("ours-logits", prepare(ours(cfg, args.vocab), cpu, fp32, training=True),
+                                   ours_logits_loss),
                                   ("marian", marian(cfg, args.vocab, attn=args.marian_attn), marian_loss)):
         model.train()
         opt = adam(list(model.parameters()), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)

@@ -36,8 +36,9 @@ with the others. Goal: ours >= 2x HF generate() at batch 32.
 --dtype bf16 runs ours and HF with bfloat16 weights and activations (on CPUs with AVX512-BF16/AMX, oneDNN's
 bf16 matrix multiplies are several times faster than fp32); CTranslate2 has no bf16 on CPU and is left out.
 --dtype int8 applies PyTorch dynamic int8 quantization to the nn.Linear layers of ours and of HF (ours through
-`nmt.translator.quantize_int8`, as `nmt translate --quantize int8`, which quantizes a copy of the tied output
-projection too; HF's lm_head is an nn.Linear), and runs CTranslate2 with compute_type int8.
+`nmt.precision.prepare`, as `nmt translate --quantize int8`, which quantizes a copy of the tied output
+projection too; HF's lm_head is an nn.Linear, quantized with the same `nmt.kernels.to_int8`), and runs
+CTranslate2 with compute_type int8.
 
 --floor records the matrix multiplies of one call of ours (shapes, strides, dtype) and times them alone,
 replayed on random tensors: "gemm share" is that floor / our time, and "ceiling vs hf" is HF's time / the
@@ -75,12 +76,12 @@ from common import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nmt.model import for_cpu
+from nmt import kernels
+from nmt.precision import Precision, prepare
 from nmt.search import beam_search
-from nmt.translator import linears_to_int8, quantize_int8
 
 BEAM, ALPHA = 4, 0.6
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
+DTYPES = ("fp32", "bf16", "int8")
 
 
 @dataclass(frozen=True)
@@ -279,12 +280,12 @@ def contestants(name: str, args, workdir: str, use_ct2: bool):
     from nmt.config import config_from_dict
     from nmt.marian import import_model
     from nmt.tokenizer import Tokenizer
-    from nmt.translator import load_model
+    from nmt.translator import build_model
 
     model_dir = Path(args.marian_dir) if name == "marian-dir" else opus_mt_dir(Path(workdir) / name)
     state = checkpoint.load(import_model(str(model_dir), Path(workdir) / f"{name}.pt"))
     tokenizer = Tokenizer.from_state(state["tokenizer"])
-    ours_model = load_model(state, tokenizer, torch.device("cpu"), torch.float32)
+    ours_model = build_model(state, tokenizer).eval()
     hf_model = MarianMTModel.from_pretrained(model_dir, attn_implementation="sdpa").eval()
     ct2 = ct2_marian(model_dir, f"{workdir}/{name}") if use_ct2 else None
     special = tokenizer.special_ids
@@ -293,15 +294,18 @@ def contestants(name: str, args, workdir: str, use_ct2: bool):
 
 
 def bench(name: str, args, workdir: str) -> list[list[str]]:
-    dtype = DTYPES[args.dtype]
+    precision = Precision(args.dtype)
     use_ct2 = not args.no_ct2 and args.dtype != "bf16"
     compute_type = "int8" if args.dtype == "int8" else "float32"
     ours_model, hf_model, ct2, ids, vocab, cfg = contestants(name, args, workdir, use_ct2)
-    ours_model, hf_model = ours_model.to(dtype), hf_model.to(dtype)
-    if args.dtype == "int8":  # ours exactly as `nmt translate --quantize int8` does it
-        ours_model, hf_model = quantize_int8(ours_model), linears_to_int8(hf_model)
-    elif not args.mkl_linear:  # ours as `nmt translate` runs fp32 and bf16 on CPU (nmt.translator.Translator)
-        ours_model = for_cpu(ours_model, pack=not args.unpacked)
+    hf_model = hf_model.to(precision.dtype)
+    if args.dtype == "int8":  # the same int8 scheme for HF (equal work)
+        hf_model = kernels.to_int8(hf_model)
+    if args.mkl_linear or args.unpacked:
+        ours_model = ours_model.to(precision.dtype)
+        ours_model = kernels.swap_linears(ours_model) if args.unpacked else ours_model
+    else:  # ours exactly as `nmt translate` runs it on CPU
+        ours_model = prepare(ours_model, torch.device("cpu"), precision, training=False)
     if ct2 is None and use_ct2:
         print("ctranslate2 is not installed: skipping it (pip install ctranslate2)", file=sys.stderr)
     rows = []
@@ -346,10 +350,10 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--no-ct2", action="store_true", help="skip CTranslate2 even if installed")
     p.add_argument("--mkl-linear", action="store_true",
-                   help="fp32/bf16: ours with torch's F.linear in its Linear layers, as before for_cpu")
+                   help="fp32/bf16: ours with torch's F.linear in its Linear layers (no nmt.kernels.swap_linears)")
     p.add_argument("--unpacked", action="store_true",
-                   help="fp32/bf16: ours through oneDNN with plain-layout weights, as before for_cpu(pack=True)")
-    p.add_argument("--dtype", choices=list(DTYPES), default="fp32",
+                   help="fp32/bf16: ours through oneDNN with plain-layout weights, as without prepacking")
+    p.add_argument("--dtype", choices=DTYPES, default="fp32",
                    help="fp32, bf16 (ours and HF; no CTranslate2) or int8 (dynamic quantization of all three)")
     p.add_argument("--floor", action="store_true",
                    help="also time our matrix multiplies alone: their share of our time, and HF's time / theirs "

@@ -1,5 +1,6 @@
-"""The checkpoint file format: self-contained, written atomically, loaded with clear errors, averaged
-as in the paper. Which checkpoints a run keeps, and where, is nmt.rundir's business.
+"""The checkpoint: its one owner. The file format (self-contained, written atomically, loaded with clear
+errors, averaged as in the paper) and `Checkpoint`, the only code that knows its keys. Which checkpoints a
+run keeps, and where, is nmt.rundir's business.
 
 A checkpoint holds everything `nmt translate` needs (weights, config, tokenizer model bytes) and,
 for training checkpoints, everything an exact resume needs (optimizer, scheduler, scaler, RNG
@@ -10,20 +11,166 @@ from __future__ import annotations
 
 import zipfile
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from nmt.config import Config, DecodeConfig, ModelConfig, apply_dict, config_from_dict, parse_overrides
 from nmt.errors import CheckpointError, NmtError, first_line
 from nmt.io import atomic_write
+from nmt.model import Transformer
+from nmt.tokenizer import Tokenizer
 
 FORMAT = "nmt-checkpoint"
-VERSION = 1
+VERSION = 2  # 2: the output projection is a module, `output.weight` (the tied embedding) and `output.bias`
+
+
+class Checkpoint(dict):
+    """What a checkpoint file holds, one accessor per fact. It is the mapping the file stores (so it can be
+    indexed like one); nmt's modules read it through the accessors, which check what they return and
+    name the file in their one-line errors."""
+
+    path: Path | None = None  # where it was loaded from
+
+    @classmethod
+    def create(cls, weights: dict[str, Any], config: Config, tokenizer: Tokenizer, vocab_sizes: Sequence[int], *,
+               langs: Sequence[str], data_fingerprint: str | None = None,
+               imported_from: str | None = None) -> Checkpoint:
+        """A weights-only checkpoint of a model trained (or imported) with `config` and `tokenizer`."""
+        state = cls(model=weights, config=config.to_dict(), tokenizer=tokenizer.to_state(),
+                    vocab={"src": int(vocab_sizes[0]), "tgt": int(vocab_sizes[1])}, langs=list(langs))
+        if data_fingerprint is not None:
+            state["data_fingerprint"] = data_fingerprint
+        if imported_from is not None:
+            state["imported_from"] = imported_from
+        return state
+
+    def with_training(self, train_state: dict[str, Any]) -> Checkpoint:
+        """This checkpoint with the state an exact resume needs (nmt.trainstate.training_state)."""
+        return Checkpoint(self, train_state=train_state)
+
+    def save(self, path: str | Path) -> None:
+        save(self, path)
+
+    @property
+    def where(self) -> str:
+        return str(self.path) if self.path is not None else "checkpoint"
+
+    # ---- what it is and where it came from
+    @property
+    def kind(self) -> str:
+        """training: resumable; averaged: `nmt average` output; imported: `nmt import` output; weights: weights
+        only (best.pt)."""
+        if "train_state" in self:
+            return "training"
+        if self.get("averaged_from"):
+            return "averaged"
+        return "imported" if self.get("imported_from") else "weights"
+
+    @property
+    def averaged_from(self) -> list[str] | None:
+        return [str(p) for p in self.get("averaged_from") or []] or None
+
+    @property
+    def imported_from(self) -> str | None:
+        return self.get("imported_from")
+
+    @property
+    def data_fingerprint(self) -> str | None:
+        return self.get("data_fingerprint")
+
+    @property
+    def langs(self) -> tuple[str, str] | None:
+        """(source, target) language codes, None where an old checkpoint did not record them."""
+        langs = self.get("langs")
+        return (str(langs[0]), str(langs[1])) if langs else None
+
+    # ---- the model
+    @property
+    def weights(self) -> dict[str, Any]:
+        if not isinstance(self["model"], dict):
+            raise CheckpointError(f"{self.where}: checkpoint weights are not a state dict")
+        return self["model"]
+
+    @property
+    def saved_config(self) -> dict[str, Any]:
+        """The resolved config of the run, as saved (a mapping)."""
+        if not isinstance(self["config"], dict):
+            raise CheckpointError(f"{self.where}: the checkpoint's config is not a mapping")
+        return self["config"]
+
+    @property
+    def config(self) -> Config:
+        try:
+            return config_from_dict(self.saved_config)
+        except NmtError as e:
+            raise CheckpointError(f"{self.where}: {e}") from None
+
+    @property
+    def model_config(self) -> ModelConfig:
+        return self.config.model
+
+    @property
+    def vocab_sizes(self) -> tuple[int, int]:
+        """(source, target) vocabulary sizes."""
+        vocab = self["vocab"]
+        if not (isinstance(vocab, dict) and all(isinstance(vocab.get(side), int) for side in ("src", "tgt"))):
+            raise CheckpointError(f"{self.where}: checkpoint vocabulary sizes are missing or corrupt")
+        return vocab["src"], vocab["tgt"]
+
+    def tokenizer(self) -> Tokenizer:
+        try:
+            return Tokenizer.from_state(self["tokenizer"])
+        except NmtError as e:
+            raise CheckpointError(f"{self.where}: {e}") from None
+
+    def build_model(self, tokenizer: Tokenizer | None = None) -> Transformer:
+        """The model with these weights, on CPU in float32 (nmt.precision.prepare puts it to work)."""
+        tokenizer = tokenizer or self.tokenizer()
+        model = Transformer.from_config(self.model_config, *self.vocab_sizes, pad_id=tokenizer.special_ids.pad,
+                                        joint_vocab=tokenizer.joint)
+        try:
+            model.load_state_dict(self.weights)
+        except RuntimeError as e:
+            raise CheckpointError(f"checkpoint weights do not fit its model config ({first_line(e)})") from None
+        return model
+
+    def decode_config(self, overrides: Sequence[str] = ()) -> DecodeConfig:
+        """The search settings of the config the model was trained with, then the `decode.*` `overrides`."""
+        cfg = Config()
+        apply_dict(cfg, {"decode": self.saved_config.get("decode") or {}}, origin=self.where)
+        decode_only = [o for o in overrides if o.strip().startswith("decode.")]
+        if decode_only:
+            apply_dict(cfg, parse_overrides(decode_only), origin="--set")
+        return cfg.decode
+
+    # ---- training state
+    @property
+    def train_state(self) -> dict[str, Any] | None:
+        """Optimizer, scaler, sampler, RNG states and counters (nmt.trainstate); None for weights only."""
+        return self.get("train_state")
+
+    @property
+    def progress(self) -> dict[str, Any] | None:
+        """The counters of a training checkpoint (trainstate.Counters as a dict); None for weights-only files."""
+        ts = self.train_state
+        if not isinstance(ts, dict):
+            return None
+        return ts["progress"] if isinstance(ts.get("progress"), dict) else {}
+
+    @property
+    def processes(self) -> int | None:
+        """How many processes trained up to this checkpoint (None without training state)."""
+        ts = self.train_state
+        if not isinstance(ts, dict) or "rng" not in ts:
+            return None
+        return len(ts["rng"]) if isinstance(ts["rng"], list) else 1
 
 
 def save(state: dict[str, Any], path: str | Path) -> None:
-    """Atomically save a checkpoint dict (adds format/version tags)."""
+    """Atomically save a checkpoint (adds format/version tags)."""
     payload = {"format": FORMAT, "version": VERSION, **state}
     atomic_write(path, lambda f: torch.save(payload, f))
 
@@ -40,7 +187,7 @@ def _damaged_member(path: Path) -> str | None:
         return f"the archive ({type(e).__name__})"
 
 
-def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+def load(path: str | Path, map_location: str | torch.device = "cpu") -> Checkpoint:
     """Load and check a checkpoint; any damage is a one-line CheckpointError naming the file."""
     path = Path(path)
     if not path.is_file():
@@ -57,17 +204,31 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
         raise CheckpointError(f"{path}: corrupt or truncated checkpoint ({reason})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not an nmt checkpoint")
-    if state.get("version") != VERSION:
+    if state.get("version") not in (1, VERSION):
         raise CheckpointError(
-            f"{path}: checkpoint format version {state.get('version')!r}, this nmt reads version {VERSION}"
+            f"{path}: checkpoint format version {state.get('version')!r}, this nmt reads versions 1 to {VERSION}"
         )
     for key in ("model", "config", "tokenizer", "vocab"):
         if key not in state:
             raise CheckpointError(f"{path}: checkpoint lacks '{key}'")
-    return state
+    if state["version"] == 1:
+        _upgrade_weights_v1(state["model"])
+        state["version"] = VERSION
+    checkpoint = Checkpoint(state)
+    checkpoint.path = path
+    return checkpoint
 
 
-def average(paths: list[Path]) -> dict[str, Any]:
+def _upgrade_weights_v1(weights: dict[str, Any]) -> None:
+    """Version 1 named the fixed output bias `output_bias` and stored the tied output matrix only as the
+    target embedding."""
+    if "tgt_embed.weight" in weights:
+        weights.setdefault("output.weight", weights["tgt_embed.weight"])
+    if "output_bias" in weights:
+        weights["output.bias"] = weights.pop("output_bias")
+
+
+def average(paths: list[Path]) -> Checkpoint:
     """Average the weights of several checkpoints (Vaswani et al.: last 5/20 checkpoints). Names that share
     one tensor in the first checkpoint (tied embeddings) share one averaged tensor, as the model saved them."""
     if not paths:
@@ -88,7 +249,7 @@ def average(paths: list[Path]) -> dict[str, Any]:
         dtype = first["model"][k].dtype
         mean = (v / len(paths)).to(dtype) if v.is_floating_point() else v
         averaged.update(dict.fromkeys(names[k], mean))
-    out = {k: v for k, v in first.items() if k not in ("model", "train_state", "format", "version")}
+    out = Checkpoint({k: v for k, v in first.items() if k not in ("model", "train_state", "format", "version")})
     out["model"] = {k: averaged[k] for k in first["model"]}
     out["averaged_from"] = [str(p) for p in paths]
     return out

@@ -1,5 +1,5 @@
-"""Device strings from configs and options -> torch.device, with one-line errors; what the CPU computes
-natively (which decides the default precision); how the process gets its CPU memory."""
+"""Device strings from configs and options -> torch.device, with one-line errors; how the process gets its
+CPU memory. (What the hardware computes natively, and so the default precision: nmt.precision.)"""
 
 from __future__ import annotations
 
@@ -28,22 +28,6 @@ def pick_device(name: str, option: str, local_rank: int = 0) -> torch.device:
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", local_rank)
     return device
-
-
-CPU_BF16_MIN_D_MODEL = 256  # below, bf16 autocast saves nothing on CPU (measured: d128 1.03x, d256 1.53x)
-
-
-def cpu_native_bf16() -> bool:
-    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX), as torch's own CPU check reports
-    it; elsewhere oneDNN emulates bf16 and it is slower than fp32."""
-    checks = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
-    return any(check is not None and check() for check in checks)
-
-
-def cpu_bf16_pays(d_model: int) -> bool:
-    """bf16 as the CPU default: native bf16, and a model wide enough for its faster matrix multiplies to
-    outweigh the casts around them."""
-    return cpu_native_bf16() and d_model >= CPU_BF16_MIN_D_MODEL
 
 
 # mallopt(3) parameters of glibc's malloc

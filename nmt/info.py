@@ -23,12 +23,11 @@ from rich.table import Table
 from rich.text import Text
 
 from nmt import checkpoint
+from nmt.checkpoint import Checkpoint
 from nmt.config import Config, ModelConfig, config_from_dict
 from nmt.datadir import META_FILE, DataDir, outputs
 from nmt.errors import CheckpointError, NmtError, first_line
 from nmt.rundir import RunDir
-from nmt.tokenizer import Tokenizer
-from nmt.trainstate import saved_world
 
 
 def run(path: str | Path, json_out: bool = False) -> None:
@@ -67,17 +66,16 @@ def _looks_like_run_dir(run: RunDir) -> bool:
 
 
 def describe_checkpoint(path: Path) -> dict[str, Any]:
-    state = checkpoint.load(path)
-    cfg, tokenizer = _saved_config(state, path), _saved_tokenizer(state, path)
-    src_size, tgt_size = _vocab(state, path)
-    progress = _progress(state)
+    ckpt = checkpoint.load(path)
+    cfg, tokenizer = ckpt.config, ckpt.tokenizer()
+    src_size, tgt_size = ckpt.vocab_sizes
     return {
         "type": "checkpoint",
         "path": str(path),
         "size_bytes": path.stat().st_size,
-        "kind": _kind(state),
-        "averaged_from": [str(p) for p in state.get("averaged_from") or []] or None,
-        "imported_from": state.get("imported_from"),
+        "kind": ckpt.kind,
+        "averaged_from": ckpt.averaged_from,
+        "imported_from": ckpt.imported_from,
         "src_lang": tokenizer.src_lang,
         "tgt_lang": tokenizer.tgt_lang,
         "src_vocab_size": src_size,
@@ -87,46 +85,12 @@ def describe_checkpoint(path: Path) -> dict[str, Any]:
         "model": dataclasses.asdict(cfg.model),
         # as Transformer does: the decoder input and output always share; the encoder too when asked and joint
         "tied_embeddings": "src+tgt+output" if cfg.model.share_all_embeddings and tokenizer.joint else "tgt+output",
-        "parameters": count_parameters(state["model"]),
-        "dtype": _dtype(state["model"]),
-        "training": _training(state, progress),
-        "best": _stored_best(progress, cfg),
-        "data_fingerprint": state.get("data_fingerprint"),
+        "parameters": count_parameters(ckpt.weights),
+        "dtype": _dtype(ckpt.weights),
+        "training": _training(ckpt),
+        "best": _stored_best(ckpt.progress, cfg),
+        "data_fingerprint": ckpt.data_fingerprint,
     }
-
-
-def _kind(state: dict[str, Any]) -> str:
-    """training: resumable; averaged: `nmt average` output; imported: `nmt import` output; weights: weights
-    only (best.pt)."""
-    if "train_state" in state:
-        return "training"
-    if state.get("averaged_from"):
-        return "averaged"
-    return "imported" if state.get("imported_from") else "weights"
-
-
-def _saved_config(state: dict[str, Any], path: Path) -> Config:
-    try:
-        return config_from_dict(state["config"])
-    except NmtError as e:
-        raise CheckpointError(f"{path}: {e}") from None
-
-
-def _saved_tokenizer(state: dict[str, Any], path: Path) -> Tokenizer:
-    try:
-        return Tokenizer.from_state(state["tokenizer"])
-    except NmtError as e:
-        raise CheckpointError(f"{path}: {e}") from None
-
-
-def _vocab(state: dict[str, Any], path: Path) -> tuple[int, int]:
-    """Vocabulary sizes (the weights are checked here too: both are read without building the model)."""
-    vocab = state["vocab"]
-    if not (isinstance(vocab, dict) and all(isinstance(vocab.get(side), int) for side in ("src", "tgt"))):
-        raise CheckpointError(f"{path}: checkpoint vocabulary sizes are missing or corrupt")
-    if not isinstance(state["model"], dict):
-        raise CheckpointError(f"{path}: checkpoint weights are not a state dict")
-    return vocab["src"], vocab["tgt"]
 
 
 def count_parameters(weights: dict[str, Any]) -> int:
@@ -141,20 +105,12 @@ def _dtype(weights: dict[str, Any]) -> str | None:
     return "/".join(dtypes) or None
 
 
-def _progress(state: dict[str, Any]) -> dict[str, Any] | None:
-    """The counters of a training checkpoint (trainstate.Counters as a dict); None for weights-only files."""
-    ts = state.get("train_state")
-    if not isinstance(ts, dict):
-        return None
-    return ts["progress"] if isinstance(ts.get("progress"), dict) else {}
-
-
-def _training(state: dict[str, Any], progress: dict[str, Any] | None) -> dict[str, Any] | None:
+def _training(ckpt: Checkpoint) -> dict[str, Any] | None:
+    progress = ckpt.progress
     if progress is None:
         return None
-    ts = state["train_state"]
-    return {"step": _number(ts.get("step")), "epoch": _number(progress.get("epoch")),
-            "elapsed_s": _number(progress.get("elapsed")), "processes": saved_world(state) if "rng" in ts else None}
+    return {"step": _number(ckpt.train_state.get("step")), "epoch": _number(progress.get("epoch")),
+            "elapsed_s": _number(progress.get("elapsed")), "processes": ckpt.processes}
 
 
 def _number(value: Any) -> int | float | None:

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nmt import checkpoint
+from nmt.checkpoint import Checkpoint
 from nmt.config import Config, ModelConfig
 from nmt.errors import NmtError, first_line
 from nmt.log import console
@@ -58,10 +58,8 @@ def import_model(source: str, output: Path, *, src_lang: str | None = None, tgt_
         model.load_state_dict(convert_weights(weights, cfg.model, tokenizer.joint, weights_file))
     except RuntimeError as e:  # a shape that config.json does not predict
         raise NmtError(f"{weights_file}: the weights do not fit config.json ({first_line(e, 160)})") from None
-    state = {"model": model.state_dict(), "config": cfg.to_dict(), "tokenizer": tokenizer.to_state(),
-             "vocab": {"src": tokenizer.src_vocab_size, "tgt": tokenizer.tgt_vocab_size},
-             "langs": [tokenizer.src_lang, tokenizer.tgt_lang], "imported_from": source}
-    checkpoint.save(state, output)
+    Checkpoint.create(model.state_dict(), cfg, tokenizer, (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size),
+                      langs=(tokenizer.src_lang, tokenizer.tgt_lang), imported_from=source).save(output)
     m = cfg.model
     console.print(f"imported {source}: Marian {m.encoder_layers}+{m.decoder_layers} layers, d_model {m.d_model}, "
                   f"{m.n_heads} heads, {m.activation}, vocab {tokenizer.src_vocab_size}"
@@ -291,7 +289,8 @@ def convert_weights(weights: dict[str, Tensor], cfg: ModelConfig, joint: bool, p
         out["src_embed.weight"] = src.take("encoder.embed_tokens.weight")
         out["tgt_embed.weight"] = src.one_of(("decoder.embed_tokens.weight", "lm_head.weight"))
         src.used.add("shared.weight")  # the encoder's copy, when separate vocabularies keep one
-    out["output_bias"] = src.take("final_logits_bias").reshape(-1) if "final_logits_bias" in src else \
+    out["output.weight"] = out["tgt_embed.weight"]  # tied (§3.4)
+    out["output.bias"] = src.take("final_logits_bias").reshape(-1) if "final_logits_bias" in src else \
         torch.zeros(out["tgt_embed.weight"].shape[0])
     for side, n, table in (("encoder", cfg.encoder_layers, ENCODER), ("decoder", cfg.decoder_layers, DECODER)):
         for i in range(n):

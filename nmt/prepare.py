@@ -159,7 +159,7 @@ def _given_tokenizer(cfg: DataConfig) -> Tokenizer | None:
         return None
     from nmt import checkpoint
 
-    tokenizer = Tokenizer.from_state(checkpoint.load(cfg.tokenizer_from)["tokenizer"])
+    tokenizer = checkpoint.load(cfg.tokenizer_from).tokenizer()
     langs = (tokenizer.src_lang, tokenizer.tgt_lang)
     if langs != (cfg.src_lang, cfg.tgt_lang) and langs != ("src", "tgt"):
         raise NmtError(f"{cfg.tokenizer_from} translates {langs[0]}->{langs[1]} but data.src_lang/tgt_lang are "

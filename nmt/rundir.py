@@ -172,7 +172,7 @@ class RunDir:
             if p.is_file():
                 p.unlink(missing_ok=True)
 
-    def newest_intact(self, warn: Callable[[str], None] = lambda _: None) -> dict[str, Any] | None:
+    def newest_intact(self, warn: Callable[[str], None] = lambda _: None) -> checkpoint.Checkpoint | None:
         """The newest loadable training checkpoint: step checkpoints newest first, then last.pt.
 
         Loading stops at the first intact one (older files are never read). Damaged candidates are
@@ -188,8 +188,7 @@ class RunDir:
             except CheckpointError as e:
                 warn(f"{e}; trying an older checkpoint")
                 continue
-            if "train_state" in state:
-                state["_path"] = str(p)
+            if state.kind == "training":
                 return state
         return None
 

@@ -31,14 +31,13 @@ from typing import Any, NamedTuple
 
 import torch
 
-from nmt import checkpoint
 from nmt.batcher import Batcher, Closed
 from nmt.config import Config, ServeConfig
 from nmt.device import keep_freed_memory
 from nmt.errors import NmtError, first_line
 from nmt.log import console
 from nmt.rundir import checkpoint_to_translate
-from nmt.translator import ModelOptions, Translation, Translator, search_settings
+from nmt.translator import ModelOptions, Translation, Translator
 
 INSTALL_HINT = "serving needs FastAPI and uvicorn: pip install 'nmt[serve]'"
 try:  # the optional extra: without it `nmt serve` is one error line, like plotting without matplotlib
@@ -78,13 +77,12 @@ class Model:
 
 
 def load_model(ckpt: Path, cfg: Config, opts: ServeOptions) -> Model:
-    state = checkpoint.load(ckpt)
-    decode = search_settings(cfg, opts, state, ckpt)
-    translator = Translator(state, decode, device=opts.device, dtype=opts.dtype, quantize=opts.quantize)
-    saved = state["config"] if isinstance(state["config"], dict) else {}
+    translator = Translator.load(ckpt, cfg, opts)
+    saved = translator.trained_config
     data = {"src_lang": cfg.data.src_lang, "tgt_lang": cfg.data.tgt_lang, **(saved.get("data") or {})}
-    src, tgt = state.get("langs") or (data["src_lang"], data["tgt_lang"])
-    return Model(translator, ckpt, (str(src), str(tgt)), saved, dict(state["vocab"]))
+    src, tgt = translator.langs or (data["src_lang"], data["tgt_lang"])
+    vocab = dict(zip(("src", "tgt"), translator.vocab_sizes))
+    return Model(translator, ckpt, (str(src), str(tgt)), saved, vocab)
 
 
 class Service:
@@ -98,7 +96,6 @@ class Service:
         self.on_failure: Callable[[], None] = lambda: None
         self._lock = threading.Lock()
         self._stopped = False
-        self._searchers: dict[Search, Translator] = {}  # used by the model thread only
         self._thread = threading.Thread(target=self._main, name="nmt-model", daemon=True)
 
     def start(self) -> None:
@@ -139,14 +136,8 @@ class Service:
         return len(self.model.translator.tokenizer.encode_src([text])[0]) + 1
 
     def _translate(self, search: Search, lines: list[str]) -> list[Translation]:
-        return self._searcher(search).translate_chunk(lines)
-
-    def _searcher(self, search: Search) -> Translator:
-        """The loaded Translator with this request's search settings (same model and tokenizer)."""
         assert self.model is not None
-        if search not in self._searchers:
-            self._searchers[search] = self.model.translator.with_decode(beam=search.beam, nbest=search.nbest)
-        return self._searchers[search]
+        return self.model.translator.translate_chunk(lines, beam=search.beam, nbest=search.nbest)
 
 
 # --------------------------------------------------------------------------- HTTP

@@ -20,16 +20,17 @@ import torch
 
 from nmt import checkpoint, distributed, trainstate
 from nmt.batching import Batch, TokenBatchSampler, batches_from_dataset, split_batch
-from nmt.config import Config, config_from_dict, inherit_model
+from nmt.checkpoint import Checkpoint
+from nmt.config import Config, inherit_model
 from nmt.datadir import DataDir
 from nmt.device import keep_freed_memory, pick_device
 from nmt.errors import NmtError
 from nmt.log import Reporter, console
 from nmt.loss import projected_label_smoothed_loss
-from nmt.model import Transformer, for_cpu
-from nmt.optim import adam, amp_dtype, autocast, learning_rate
+from nmt.model import Transformer
+from nmt.optim import adam, learning_rate
+from nmt.precision import autocast, choose, prepare
 from nmt.rundir import RunDir
-from nmt.tokenizer import Tokenizer
 from nmt.trainstate import Counters
 from nmt.validate import greedy_bleu, validation_loss
 
@@ -82,29 +83,25 @@ class Trainer:
     def _init_from(self, path: str) -> dict[str, Any]:
         """The checkpoint a fine-tuning run starts from: its model config replaces the run's (nmt.config.
         inherit_model), and the data must be encoded with its tokenizer. Returns its weights."""
-        state = checkpoint.load(path)
-        theirs = Tokenizer.from_state(state["tokenizer"])
-        if theirs.fingerprint() != self.tokenizer.fingerprint():
+        ckpt = checkpoint.load(path)
+        if ckpt.tokenizer().fingerprint() != self.tokenizer.fingerprint():
             raise NmtError(f"{self.data} is not encoded with the tokenizer of {path}: prepare the data with "
                            f"`nmt prepare --tokenizer-from {path}`")
-        self.cfg.model = inherit_model(config_from_dict(state["config"]).model, self.cfg, path)
-        return state["model"]
+        self.cfg.model = inherit_model(ckpt.model_config, self.cfg, path)
+        return ckpt.weights
 
     def _build(self) -> None:
         cfg, t = self.cfg, self.cfg.train
         trainstate.seed_everything(t.seed)
         self.model = Transformer.from_config(cfg.model, *self.data.vocab_sizes, pad_id=self.special.pad,
                                              joint_vocab=self.tokenizer.joint)
-        self.model.to(self.device)
-        if self.device.type == "cpu":
-            for_cpu(self.model)  # float32 products through oneDNN where that is faster
+        self.precision = choose(t.amp, self.device, cfg.model.d_model, training=True, option="train.amp")
+        self.model = prepare(self.model, self.device, self.precision, training=True)
         self.ddp = self.dist.wrap(self.model)
         self.optimizer = adam(list(self.model.parameters()), lr=learning_rate(1, cfg), betas=tuple(t.betas),
                               eps=t.eps, weight_decay=t.weight_decay)
-        self.dtype = amp_dtype(t.amp, self.device, self.cfg.model.d_model)
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.dtype == torch.float16)
-        precision = {None: "fp32", torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast + GradScaler"}
-        self.report.info(f"training on {self.device} in {precision[self.dtype]} (train.amp={t.amp})")
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision.grad_scaler)
+        self.report.info(f"training on {self.device} in {self.precision.describe(training=True)} (train.amp={t.amp})")
         train_lens = self.data.split_lengths("train")
         self.data.check_positions(cfg.model.max_positions)
         self.sampler = TokenBatchSampler(train_lens["src_len"], train_lens["tgt_len"], t.max_tokens, shuffle=True,
@@ -150,11 +147,11 @@ class Trainer:
         trainstate.check_resumable(state, self.data, self.cfg.to_dict())
         self.counters = trainstate.restore(state, self.model, self.optimizer, self.scaler, self.sampler,
                                            self.dist.rank, self.dist.world, self.cfg.train.seed)
-        if (saved := trainstate.saved_world(state)) != self.dist.world:
+        if (saved := state.processes) != self.dist.world:
             self.report.warn(f"resuming a {saved}-process run with {self.dist.world}: "
                              "the batch order continues, dropout starts new random streams")
         self.report.truncate_metrics(self.counters.step)
-        self.report.info(f"resumed from {state['_path']} at update {self.counters.step}, "
+        self.report.info(f"resumed from {state.where} at update {self.counters.step}, "
                          f"epoch {self.counters.epoch}")
         return True
 
@@ -303,7 +300,7 @@ class Trainer:
             try:
                 batch = batch.to(self.device)
                 with contextlib.nullcontext() if sync else self.ddp.no_sync():
-                    with autocast(self.device, self.dtype):
+                    with autocast(self.device, self.precision):
                         hidden = module(batch.src, batch.tgt_in, project=False)
                         loss, nll = projected_label_smoothed_loss(hidden, self.model.output_weight, batch.tgt_out,
                                                                   self.cfg.train.label_smoothing, self.special.pad,
@@ -345,7 +342,7 @@ class Trainer:
         """Validate (rank 0), log, keep best.pt; True when patience is exhausted."""
         t, c = self.cfg.train, self.counters
         self.model.eval()
-        amp = lambda: autocast(self.device, self.dtype)  # noqa: E731
+        amp = lambda: autocast(self.device, self.precision)  # noqa: E731
         result = validation_loss(self.model, self.valid_data, t.max_tokens, t.label_smoothing, self.special,
                                  self.device, amp)
         if t.valid_bleu_sentences > 0:
@@ -362,20 +359,14 @@ class Trainer:
         self.report.valid(c.step, result)
         return t.patience > 0 and c.bad_validations >= t.patience
 
-    def snapshot(self, with_training: bool = True) -> dict[str, Any]:
+    def snapshot(self, with_training: bool = True) -> Checkpoint:
         """The checkpoint dict; with the training state it is collective under DDP (every rank's RNG)."""
-        state = {
-            "model": self.model.state_dict(),
-            "config": self.cfg.to_dict(),
-            "tokenizer": self.tokenizer.to_state(),
-            "vocab": dict(zip(("src", "tgt"), self.data.vocab_sizes)),
-            "langs": list(self.data.langs),
-            "data_fingerprint": self.data.fingerprint,
-        }
+        state = Checkpoint.create(self.model.state_dict(), self.cfg, self.tokenizer, self.data.vocab_sizes,
+                                  langs=self.data.langs, data_fingerprint=self.data.fingerprint)
         if with_training:
             rng = self.dist.gather(trainstate.rng_state())  # dropout differs per rank: each resumes its own
-            state["train_state"] = trainstate.training_state(self.counters, self.optimizer, self.scaler,
-                                                             self.sampler, rng)
+            state = state.with_training(trainstate.training_state(self.counters, self.optimizer, self.scaler,
+                                                                  self.sampler, rng))
         return state
 
     def save(self) -> float:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from nmt.checkpoint import Checkpoint
 from nmt.datadir import DataDir
 from nmt.errors import NmtError
 from nmt.rundir import experiment_differences
@@ -65,35 +66,34 @@ def training_state(counters: Counters, optimizer: torch.optim.Optimizer, scaler:
     }
 
 
-def check_resumable(state: dict[str, Any], data: DataDir, cfg: dict[str, Any]) -> None:
+def check_resumable(ckpt: Checkpoint, data: DataDir, cfg: dict[str, Any]) -> None:
     """A checkpoint continues this run only with the same languages, vocabularies and model, and on the
     same prepared data unless train.resume_on_new_data says otherwise."""
-    where, langs, sizes = state["_path"], data.langs, data.vocab_sizes
-    if tuple(state.get("langs", langs)) != langs:
-        raise NmtError(f"{where} translates {'->'.join(state['langs'])} but {data} holds {'->'.join(langs)}")
-    vocab = state["vocab"]
-    if (vocab["src"], vocab["tgt"]) != sizes:
-        raise NmtError(f"{where} was trained with vocabularies {vocab['src']}/{vocab['tgt']} but {data} has "
-                       f"{sizes[0]}/{sizes[1]}")
-    diffs = experiment_differences(state["config"], cfg)
+    where, langs, sizes = ckpt.where, data.langs, data.vocab_sizes
+    if (ckpt.langs or langs) != langs:
+        raise NmtError(f"{where} translates {'->'.join(ckpt.langs)} but {data} holds {'->'.join(langs)}")
+    if ckpt.vocab_sizes != sizes:
+        src, tgt = ckpt.vocab_sizes
+        raise NmtError(f"{where} was trained with vocabularies {src}/{tgt} but {data} has {sizes[0]}/{sizes[1]}")
+    diffs = experiment_differences(ckpt.saved_config, cfg)
     if diffs:
         raise NmtError(f"{where} belongs to another experiment ({diffs[0]}); use --force")
-    old, new = state.get("data_fingerprint"), data.fingerprint
+    old, new = ckpt.data_fingerprint, data.fingerprint
     if old and new and old != new and not cfg["train"]["resume_on_new_data"]:
         raise NmtError(f"{where} was trained on other data: {data} was prepared again since (fingerprint "
                        f"{old[:12]} -> {new[:12]}); use --force to start over, or "
                        "--set train.resume_on_new_data=true to continue on the new data")
 
 
-def restore(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+def restore(ckpt: Checkpoint, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
             scaler: torch.amp.GradScaler, sampler: Any, rank: int, world: int, seed: int) -> Counters:
     """Load a training checkpoint into the run's objects; returns its counters.
 
     Each rank continues its own RNG stream. Resumed with another number of processes, the streams
     cannot continue (ranks would be missing or share one): every rank then starts a new one, seeded by
     (seed, step, rank); the batch order continues either way (the sampler's position is global)."""
-    ts = state["train_state"]
-    model.load_state_dict(state["model"])
+    ts = ckpt.train_state
+    model.load_state_dict(ckpt.weights)
     optimizer.load_state_dict(ts["optimizer"])
     if ts.get("scaler"):
         scaler.load_state_dict(ts["scaler"])
@@ -104,9 +104,3 @@ def restore(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.opti
     else:
         seed_everything((seed * 1_000_003 + ts["step"] * 1_009 + rank) % 2**32)
     return Counters(**ts["progress"])
-
-
-def saved_world(state: dict[str, Any]) -> int:
-    """How many processes trained up to this checkpoint."""
-    rng = state["train_state"]["rng"]
-    return len(rng) if isinstance(rng, list) else 1

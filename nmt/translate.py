@@ -20,7 +20,6 @@ from typing import IO, Any
 
 import torch
 
-from nmt import checkpoint
 from nmt.batching import collate
 from nmt.config import Config
 from nmt.device import keep_freed_memory
@@ -29,7 +28,7 @@ from nmt.io import atomic_output
 from nmt.log import console, progress_bar, show_progress
 from nmt.rundir import checkpoint_to_translate
 from nmt.tokenizer import Tokenizer
-from nmt.translator import ModelOptions, Translation, Translator, search_settings
+from nmt.translator import ModelOptions, Translation, Translator
 
 
 @dataclass
@@ -124,10 +123,8 @@ def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, outp
         raise NmtError(f"input file not found: {input}")
     ckpt = checkpoint_to_translate(opts.checkpoint, cfg.train.run_dir, opts.config_given)
     console.print(f"loading {ckpt}")
-    state = checkpoint.load(ckpt)
-    decode = search_settings(cfg, opts, state, ckpt)
-    translator = Translator(state, decode, device=opts.device, dtype=opts.dtype, quantize=opts.quantize,
-                            attention_layer=opts.attention_layer)
+    translator = Translator.load(ckpt, cfg, opts, attention_layer=opts.attention_layer)
+    decode = translator.decode
     console.print(f"translating on {translator.device} in {translator.precision}")
     need_attention = opts.attention_dir is not None or opts.alignment is not None
     typing = input is None and sys.stdin.isatty()  # someone types lines: a bar would only get in the way

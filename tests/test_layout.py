@@ -12,8 +12,9 @@ NMT = Path(__file__).resolve().parents[1] / "nmt"
 MODULES = sorted(p.stem for p in NMT.glob("*.py"))
 CLI = {"cli", "__main__"}
 COMMANDS = {"prepare", "train", "translate", "info", "marian", "serve"}  # orchestrate the core, never each other
-# the core of the core: they know nothing of files, configs or tokenizers (nmt modules they may import)
-TORCH_ONLY = {"model": {"decoding"}, "decoding": set(), "search": set()}
+# the core of the core: they know nothing of files, configs or tokenizers (nmt modules they may import):
+# the model imports only the kernels and the cache
+TORCH_ONLY = {"model": {"kernels", "cache"}, "cache": set(), "kernels": set(), "search": {"kernels"}}
 
 
 def imports(module: str) -> set[str]:

@@ -272,25 +272,3 @@ def test_beam_wider_than_half_the_vocabulary(copy_model):
     for hyps, seq in zip(wide, seqs[:6], strict=True):
         assert hyps[0].tokens == seq
         assert all(0 <= tok < V for h in hyps for tok in h.tokens)
-
-
-@pytest.mark.parametrize("vocab", [8000, 8000 + 37, 300])
-def test_top_k_rows_equals_torch_topk(vocab):
-    """The grouped top-k (a max per group of 64, then an exact top-k over the best groups' entries) gives
-    torch.topk's values and indices: rows with -inf entries, the k best in one group, a tail that fills
-    no group (8,037), and a vocabulary too small to group (300, torch.topk itself)."""
-    torch.manual_seed(0)
-    x = torch.randn(50, vocab).log_softmax(dim=-1)
-    x[:, [0, 2]] = float("-inf")
-    x[1, :] = float("-inf")
-    x[1, 3] = 0.0  # a row at its length limit: one finite entry
-    x[2, 128:138] = torch.arange(10.0, 20.0)  # all ten best in one group
-    x[3, -5:] = torch.arange(5.0, 10.0)  # the best in the tail
-    for k in (1, 2, 10):
-        values, index = search_mod.top_k_rows(x, k)
-        expected = x.topk(k, dim=1)
-        assert torch.equal(values, expected.values)
-        finite = values.isfinite()  # among -inf ties the index is free
-        assert torch.equal(index[finite], expected.indices[finite])
-        assert torch.equal(x.gather(1, index), values)
-    assert set(search_mod.top_k_rows(x, 10)[1][2].tolist()) == set(range(128, 138))

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from nmt import checkpoint
 from nmt.config import DecodeConfig, load_config
 from nmt.errors import CheckpointError, NmtError
-from nmt.model import CPULinear
+from nmt.kernels import CPULinear
 from nmt.score import corpus_bleu
 from nmt.translate import TranslateOptions, translate_file
 from nmt.translator import Translator
@@ -33,7 +33,7 @@ def texts(t: Translator, lines: list[str]) -> list[str]:
 def test_the_demo_model_translates_and_beam_is_not_worse_than_greedy(translator, demo_data):
     src = (demo_data / "test.en").read_text(encoding="utf-8").splitlines()
     ref = (demo_data / "test.de").read_text(encoding="utf-8").splitlines()
-    beam_out, greedy_out = list(translator.stream(src)), list(translator.with_decode(beam=1).stream(src))
+    beam_out, greedy_out = list(translator.stream(src)), list(translator.stream(src, beam=1))
     beam = corpus_bleu([r.text[0] for r in beam_out], [ref])
     greedy = corpus_bleu([r.text[0] for r in greedy_out], [ref])
     assert greedy > 15, "the fixture model should have learned something"
@@ -59,8 +59,7 @@ def test_one_output_line_per_input_line_in_order(translator):
 @given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
                 .map(lambda s: s.replace("\n", " ")), max_size=12))
 def test_line_count_invariant_property(translator, lines):
-    fast = translator.with_decode(beam=2, max_len_b=5)
-    assert len(list(fast.stream(lines))) == len(lines)
+    assert len(list(translator.stream(lines, beam=2, max_len_b=5))) == len(lines)
 
 
 def test_batched_equals_one_by_one(translator, demo_data):
@@ -79,18 +78,17 @@ def test_streaming_is_lazy(translator):
 
 def test_nbest_lists_are_sorted_and_distinct(translator, demo_data):
     src = (demo_data / "test.en").read_text(encoding="utf-8").splitlines()[:10]
-    for result in translator.with_decode(beam=4, nbest=4).stream(src):
+    for result in translator.stream(src, beam=4, nbest=4):
         scores = [h.score for h in result.hypotheses]
         assert len(result.hypotheses) == 4 and scores == sorted(scores, reverse=True)
         assert len({tuple(h.tokens) for h in result.hypotheses}) == 4
 
 
-def test_long_input_is_truncated_with_a_warning(translator):
-    short = translator.with_decode(max_input_tokens=5)
-    assert short.max_src == 5 and translator.max_src > 5  # the original keeps its settings
+def test_long_input_is_truncated_with_a_warning(translator, monkeypatch):
+    assert translator.max_src(max_input_tokens=5) == 5 and translator.max_src() > 5  # settings per call only
     warnings: list[str] = []
-    short.warn = warnings.append
-    result = short.translate_chunk(["one two three four five six seven eight nine ten"])[0]
+    monkeypatch.setattr(translator, "warn", warnings.append)
+    result = translator.translate_chunk(["one two three four five six seven eight nine ten"], max_input_tokens=5)[0]
     assert len(result.src_ids) == 5 and "truncated to 5" in warnings[0] and "line 1" in warnings[0]
 
 
@@ -104,13 +102,13 @@ def test_bf16_and_int8_paths_run(demo_run):
 
 
 def test_fp32_on_cpu_computes_linear_layers_with_fast_linear(translator):
-    """nmt translate's float32 CPU model has its Linear layers and output projection through nmt.model.fast_linear
+    """nmt translate's float32 CPU model has its Linear layers and output projection through nmt.kernels.fast_linear
     (oneDNN where faster), with prepacked weights."""
     assert translator.dtype == "fp32" and translator.device.type == "cpu"
     layers = [m for m in translator.model.modules() if isinstance(m, CPULinear)]
     assert layers and not any(type(m) is torch.nn.Linear for m in translator.model.modules())
     assert all(m.packed is not None for m in layers)  # weights prepacked once for oneDNN
-    assert translator.model.output_layer in layers
+    assert translator.model.output in layers
 
 
 def test_bad_dtype_quantize_and_layer_are_clear_errors(demo_run):
@@ -254,18 +252,6 @@ def test_scores_with_nbest_add_the_log_prob(demo_run, tmp_path):
     assert rows[2][1:] == ["", "0.0000", "0.0000"]  # an empty line still gets its row
 
 
-def test_dtype_auto_is_bf16_only_where_it_pays(monkeypatch):
-    """auto = bf16 on CPUs with native bf16 for models of d_model >= 256 (the rule training uses), else fp32."""
-    from nmt import device, translator
-
-    cpu = torch.device("cpu")
-    for native, wide, expected in ((True, 512, "bf16"), (True, 128, "fp32"), (False, 512, "fp32")):
-        monkeypatch.setattr(device, "cpu_native_bf16", lambda n=native: n)
-        assert translator.auto_dtype(cpu, None, wide) == expected
-        assert translator.auto_dtype(cpu, "int8", wide) == "fp32"  # int8 quantization works on fp32 weights
-    assert translator.auto_dtype(torch.device("cuda", 0), None, 512) == "fp32"
-
-
 def test_int8_quantizes_the_output_projection_too(demo_run):
     """--quantize int8 gives the tied output projection an int8 copy (as HF's lm_head and CTranslate2's output
     layer are quantized), with a scale per output channel as every quantized Linear; translations stay those
@@ -275,14 +261,14 @@ def test_int8_quantizes_the_output_projection_too(demo_run):
 
     state = checkpoint.load(demo_run / "averaged.pt")
     int8 = Translator(state, DecodeConfig(beam=1), dtype="fp32", quantize="int8")
-    head = type(int8.model.output_layer)
+    head = type(int8.model.output)
     assert head.__name__ == "Linear" and "quantized" in head.__module__
     quantized = [m for m in int8.model.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
     weights = [m.weight() for m in quantized]
     assert len(weights) > 1 and all(w.qscheme() == torch.per_channel_affine for w in weights)
     assert weights[-1].q_per_channel_scales().numel() == weights[-1].size(0)
     fp32 = Translator(state, DecodeConfig(beam=1), dtype="fp32")
-    assert isinstance(fp32.model.output_layer, CPULinear)  # float32, prepacked for oneDNN
+    assert isinstance(fp32.model.output, CPULinear)  # float32, prepacked for oneDNN
     lines = ["three hundred forty-two", "the big red dogs", "May fourth, nineteen ninety-one"] * 3
     same = sum(a.text == b.text for a, b in zip(int8.translate_chunk(lines), fp32.translate_chunk(lines)))
     assert same >= 6

@@ -1,10 +1,11 @@
 """Incremental decoding state: the decoder's key/value cache and its reorder contract (beams reordered,
 finished sentences dropped, with as little copying as possible). Built by `Transformer.init_cache`,
-advanced by `Transformer.decode_step`, reordered by the search."""
+advanced by `Transformer.decode_step` (each layer through its `LayerCache`), reordered by the search."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -27,6 +28,7 @@ class DecoderCache:
                  the keys/values are copied only when sentences leave the batch or the group widens.
     max_len:     expected number of steps.
     step:        positions decoded so far = position of the next token.
+    self_mask:   this step's additive self-attention mask (`begin_step`).
     """
 
     cross_kv: Tensor
@@ -36,22 +38,40 @@ class DecoderCache:
     max_len: int
     step: int = 0
     group: int = 1
+    self_mask: Tensor | None = None
 
     @property
     def batch_size(self) -> int:
         return self.slots.size(0) * self.group
 
-    def begin_step(self, dtype: torch.dtype) -> Tensor | None:
-        """Record that each row writes its own slot at this step; return the additive self-attention mask
-        [G, 1, group, (step + 1) * W] over the group's keys (None while every group has one slot)."""
+    def begin_step(self, dtype: torch.dtype) -> None:
+        """Make room for this step's position and record that each row writes its own slot; `self_mask` is
+        then the additive self-attention mask [G, 1, group, (step + 1) * W] over the group's keys (None while
+        every group has one slot)."""
+        self.reserve(self.step + 1)
         step, W = self.step, self.self_kv.size(5)
         self.slots[:, :, step] = torch.arange(self.group, device=self.slots.device)
-        if W == 1:
-            return None
-        G, Q = self.slots.shape[:2]
-        own = self.slots[:, :, : step + 1, None] == torch.arange(W, device=self.slots.device)
-        mask = torch.zeros(G, 1, Q, (step + 1) * W, dtype=dtype, device=self.self_kv.device)
-        return mask.masked_fill_(~own.view(G, 1, Q, -1), float("-inf"))
+        self.self_mask = None
+        if W > 1:
+            G, Q = self.slots.shape[:2]
+            own = self.slots[:, :, : step + 1, None] == torch.arange(W, device=self.slots.device)
+            mask = torch.zeros(G, 1, Q, (step + 1) * W, dtype=dtype, device=self.self_kv.device)
+            self.self_mask = mask.masked_fill_(~own.view(G, 1, Q, -1), float("-inf"))
+
+    def layer(self, i: int) -> LayerCache:
+        """What decoder layer i reads and writes at this step."""
+        return LayerCache(self, i)
+
+    def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store this step's self-attention keys and values k, v [G, H, group, Dh] of `layer` (row q of a group
+        in slot q) and return all of the group's so far, [G, H, (step + 1) * W, Dh] each (views)."""
+        kv, step, group = self.self_kv[layer], self.step, self.group
+        kv[0, :, :, step, :group] = k
+        kv[1, :, :, step, :group] = v
+        if group < kv.size(4):  # unused slots are masked, but 0 * NaN garbage would still be NaN
+            kv[:, :, :, step, group:] = 0
+        k_all, v_all = kv[:, :, :, : step + 1].flatten(3, 4)
+        return k_all, v_all
 
     def reorder(self, keep: Tensor, parents: Tensor) -> None:
         """The search's decision, stated explicitly: the groups (sentences) `keep` [G'] stay, in that order
@@ -95,3 +115,22 @@ class DecoderCache:
 def _is_identity(keep: Tensor, groups: int) -> bool:
     """Whether `keep` keeps all `groups` groups in their order (then no key/value moves)."""
     return keep.numel() == groups and bool(keep.eq(torch.arange(groups, device=keep.device)).all())
+
+
+class LayerCache(NamedTuple):
+    """One decoder layer's view of the DecoderCache at a decoding step."""
+
+    cache: DecoderCache
+    index: int
+
+    @property
+    def memory_kv(self) -> Tensor:
+        """The encoder output's keys and values for this layer: [2, G, H, S, Dh]."""
+        return self.cache.cross_kv[self.index]
+
+    @property
+    def self_mask(self) -> Tensor | None:
+        return self.cache.self_mask
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        return self.cache.append(self.index, k, v)

@@ -1,0 +1,269 @@
+"""CPU kernels: faster ways to compute what nmt.model writes the plain PyTorch way. Imports nothing from nmt.
+
+The model calls `attention` (its one dispatch point); everything else is swapped in from outside by
+nmt.precision (`swap_linears`, `swap_dropout`, `to_int8`) or called by the loss and the search
+(`fast_linear`, `top_k_rows`). Each kernel says why it exists and which bench shows it; the figures
+themselves live with the benches and the README, not here.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# ---- attention ------------------------------------------------------------------------------------
+
+
+def attention_with_weights(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout_p: float
+) -> tuple[Tensor, Tensor]:
+    """softmax(QK^T / sqrt(d_k)) V written out; unlike SDPA it returns the weights. q [B, H, T, Dh], k and v
+    [B, H, S, Dh]; `mask`: boolean (True = attend) or additive. Output [B, H, T, Dh], weights float32
+    [B, H, T, S]."""
+    scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    if causal:
+        T, S = scores.shape[-2:]
+        future = torch.ones(T, S, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    out = (F.dropout(weights, dropout_p) if dropout_p > 0 else weights).to(v.dtype) @ v
+    return out, weights
+
+
+WRITTEN_OUT_MAX_KEYS = 128  # bf16/fp16 on CPU: written out up to this many keys, SDPA beyond
+
+
+def written_out_pays(q: Tensor, k: Tensor, decoding_step: bool) -> bool:
+    """Where the written-out attention is faster than SDPA: on CPU, for a decoding step (a few query rows
+    against tens of keys, where SDPA's fixed cost exceeds the work), and in bf16/fp16 up to
+    WRITTEN_OUT_MAX_KEYS keys (SDPA's CPU flash kernel is slow at translation's lengths; in float32 SDPA
+    wins at every length). `python bench/train.py --configs base --dtype bf16` and
+    `python bench/translate.py` time both sides."""
+    if q.device.type != "cpu":
+        return False
+    return decoding_step or (q.dtype in (torch.bfloat16, torch.float16) and k.size(-2) <= WRITTEN_OUT_MAX_KEYS)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, causal: bool = False,
+              dropout_p: float = 0.0, need_weights: bool = False,
+              decoding_step: bool = False) -> tuple[Tensor, Tensor | None]:
+    """Scaled dot-product attention, q [B, H, T, Dh] over k, v [B, H, S, Dh] -> output [B, H, T, Dh] and,
+    only if asked, float32 weights [B, H, T, S]. PyTorch's SDPA, or the same computation written out where
+    that is faster (`written_out_pays`) or the weights are wanted."""
+    if need_weights or written_out_pays(q, k, decoding_step):
+        out, weights = attention_with_weights(q, k, v, mask, causal, dropout_p)
+        return out, weights if need_weights else None
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal), None
+
+
+# ---- Linear layers through oneDNN ------------------------------------------------------------------
+
+# an internal op of torch (inductor's CPU matmul), so looked up rather than assumed
+_ONEDNN_LINEAR = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
+_ONEDNN_PACK = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None) if _ONEDNN_LINEAR is not None else None
+
+ONEDNN_MIN_MACS = 2**20  # below, oneDNN's fixed cost per call outweighs its faster kernel
+
+
+def fast_linear(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor | None = None) -> Tensor:
+    """F.linear, through oneDNN on CPU where that pays, forward and backward. torch's F.linear calls MKL's
+    sgemm for float32, which on some CPUs (AMD EPYC) runs at about half oneDNN's speed but costs a few us
+    less per call, so products under ONEDNN_MIN_MACS multiply-adds stay with it. `packed` (`pack_weight` of
+    `weight`) is used where no gradient is wanted, in float32 and in a bf16 model's bf16. Under autocast,
+    F.linear, which casts. `python bench/train.py` (column ours/ours-mkl) shows what it buys."""
+    if (_ONEDNN_LINEAR is None or x.device.type != "cpu" or _cpu_autocast() or x.dtype != weight.dtype
+            or x.dtype not in (torch.float32, torch.bfloat16)):
+        return F.linear(x, weight, bias)
+    if x.dtype == torch.float32 and x.numel() * weight.size(0) < ONEDNN_MIN_MACS:
+        return F.linear(x, weight, bias)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return _OneDNNLinear.apply(x, weight, bias) if x.dtype == torch.float32 else F.linear(x, weight, bias)
+    if packed is not None:
+        return _ONEDNN_LINEAR(x, packed, bias, "none", [], "")
+    if x.dtype == torch.float32:
+        return _ONEDNN_LINEAR(x, weight, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
+def pack_weight(weight: Tensor) -> Tensor | None:
+    """A float32 or bf16 CPU weight [N, K] reordered once into oneDNN's blocked layout, for inference: with
+    the plain layout oneDNN reorders it on every call, which products with few rows (a decoding step: beam
+    x sentences) pay most (`python bench/translate.py --unpacked` runs without). A copy, so it takes the
+    weight's memory again and does not follow later changes of `weight` (CPULinear re-packs when the
+    weight's version changes). None where oneDNN or its reorder is missing."""
+    if (_ONEDNN_LINEAR is None or _ONEDNN_PACK is None or weight.device.type != "cpu"
+            or weight.dtype not in (torch.float32, torch.bfloat16)):
+        return None
+    return _ONEDNN_PACK(weight.detach())
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    """y = x W^T + b with both gradients from oneDNN products too: dx = dy W, dW = dy^T x (as linear forms)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _ONEDNN_LINEAR(x, weight, bias, "none", [], "")
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        x, weight = ctx.saved_tensors
+        rows = grad.reshape(-1, grad.size(-1))
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = _ONEDNN_LINEAR(grad, weight.t(), None, "none", [], "")
+        if ctx.needs_input_grad[1]:
+            grad_w = _ONEDNN_LINEAR(rows.t(), x.reshape(-1, x.size(-1)).t(), None, "none", [], "")
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = rows.sum(0)
+        return grad_x, grad_w, grad_b
+
+
+def _cpu_autocast() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch < 2.4
+        return torch.is_autocast_cpu_enabled()
+
+
+class CPULinear(nn.Module):
+    """An nn.Linear's weight and bias (same names, same tensors) computed with fast_linear. A bias that is
+    not a Parameter (a fixed output bias) stays a buffer. After `pack()` (inference), products that need
+    no gradient read a oneDNN-packed copy of the weight."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None):
+        super().__init__()
+        self.weight = weight
+        if bias is None or isinstance(bias, nn.Parameter):
+            self.bias = bias
+        else:
+            self.register_buffer("bias", bias)
+        self.packed: Tensor | None = None
+        self._packed_version = -1
+
+    def pack(self) -> CPULinear:
+        self.packed, self._packed_version = pack_weight(self.weight), self.weight._version
+        return self
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.packed is not None and self._packed_version != self.weight._version:
+            self.pack()  # the weight changed in place since: never compute with a stale copy
+        return fast_linear(x, self.weight, self.bias, self.packed)
+
+
+def swap_linears(model: nn.Module, pack: bool = False) -> nn.Module:
+    """`model` with every nn.Linear (subclasses included, e.g. a tied output projection) replaced in place by a
+    CPULinear over the same parameters; `pack`: (inference) each with a oneDNN-packed copy of its weight."""
+    for name, child in model.named_children():
+        if isinstance(child, nn.Linear):
+            linear = CPULinear(child.weight, child.bias).train(child.training)
+            setattr(model, name, linear.pack() if pack else linear)
+        else:
+            swap_linears(child, pack)
+    return model
+
+
+# ---- dropout masks ---------------------------------------------------------------------------------
+
+MASK_LEVELS = 1 << 16
+
+
+def keep_mask(shape: torch.Size, dropped: int) -> Tensor:
+    """Boolean mask of `shape`, each element False with probability dropped / 2^16: 16-bit uniforms cut
+    from full-range 64-bit draws of the default generator (seeded and resumed like any other draw)."""
+    n = math.prod(shape)
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None).view(torch.int16)[:n]
+    return bits.view(shape) >= dropped - MASK_LEVELS // 2
+
+
+class FastDropout(nn.Dropout):
+    """nn.Dropout with a cheaper mask on CPU: one 64-bit draw of the generator gives four 16-bit uniforms
+    (`keep_mask`), where `bernoulli_` / `rand_like` draw one number per element. p is rounded to a multiple
+    of 2^-16 and the scale is the exact 1 / (1 - p') of the rounded p', so the output stays unbiased. In
+    bf16/fp16 the scale is applied to x, not rounded into the mask (1/0.9 is 1.109 in bf16). Elsewhere (CUDA
+    has a fused kernel) and in eval, nn.Dropout. `python bench/train.py` trains with it."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        dropped = round(self.p * MASK_LEVELS)
+        if not self.training or x.device.type != "cpu" or not 0 < dropped < MASK_LEVELS:
+            return super().forward(x)
+        keep = keep_mask(x.shape, dropped)
+        scale = MASK_LEVELS / (MASK_LEVELS - dropped)
+        if x.dtype == torch.float32:
+            return x * keep.to(x.dtype).mul_(scale)
+        return x.mul(scale) * keep.to(x.dtype)
+
+
+def swap_dropout(model: nn.Module) -> nn.Module:
+    """`model` with every nn.Dropout replaced in place by a FastDropout of the same p."""
+    for name, child in model.named_children():
+        if type(child) is nn.Dropout:
+            setattr(model, name, FastDropout(child.p).train(child.training))
+        else:
+            swap_dropout(child)
+    return model
+
+
+# ---- int8 ------------------------------------------------------------------------------------------
+
+
+def to_int8(model: nn.Module) -> nn.Module:
+    """PyTorch dynamic int8 quantization of every nn.Linear: weights int8 with a scale per output channel (as
+    CTranslate2 quantizes; one scale per matrix lost more BLEU, `python bench/precision.py`), activations
+    quantized per batch. A Linear subclass (a tied output projection: the embedding matrix) is first
+    replaced by a plain nn.Linear copy, as HF's lm_head and CTranslate2's output layer are quantized; with a
+    large vocabulary it is most of a decoding step's work."""
+    quantization = getattr(torch.ao, "quantization", None)
+    quantize_dynamic = getattr(quantization, "quantize_dynamic", None)
+    if quantize_dynamic is None:
+        raise RuntimeError("int8 quantization needs torch.ao.quantization, which this torch build lacks")
+    _untie_linears(model)
+    with warnings.catch_warnings():  # torch marks eager quantization deprecated in favour of torchao
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(model, {nn.Linear: quantization.per_channel_dynamic_qconfig}, dtype=torch.qint8)
+
+
+def _untie_linears(model: nn.Module) -> None:
+    for name, child in model.named_children():
+        if isinstance(child, nn.Linear) and type(child) is not nn.Linear:
+            plain = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
+                              dtype=child.weight.dtype, device=child.weight.device)
+            with torch.no_grad():
+                plain.weight.copy_(child.weight)
+                if child.bias is not None:
+                    plain.bias.copy_(child.bias)
+            setattr(model, name, plain)
+        else:
+            _untie_linears(child)
+
+
+# ---- top-k -----------------------------------------------------------------------------------------
+
+TOPK_GROUP = 64
+
+
+def top_k_rows(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """`x.topk(k, dim=1)` for x [N, V] with k << V, faster on CPU, where torch.topk selects over all V
+    entries of a row: a row's k largest values lie in the k groups (of TOPK_GROUP consecutive entries) with
+    the largest maxima, so one vectorised max per group and a top-k over the group maxima leave
+    k x TOPK_GROUP candidates for the exact top-k (values equal to torch.topk's; among equal values the index
+    may differ). Beam search's per-row choice; `python bench/translate.py` decodes with it."""
+    N, V = x.shape
+    G = V // TOPK_GROUP
+    if x.device.type != "cpu" or G < 4 * k:
+        return x.topk(k, dim=1)
+    head = x[:, : G * TOPK_GROUP].view(N, G, TOPK_GROUP)
+    groups = head.amax(dim=2).topk(k, dim=1).indices  # [N, k]
+    index = (groups[:, :, None] * TOPK_GROUP + torch.arange(TOPK_GROUP, device=x.device)).view(N, k * TOPK_GROUP)
+    if G * TOPK_GROUP < V:  # the tail that fills no group is always a candidate
+        index = torch.cat([index, torch.arange(G * TOPK_GROUP, V, device=x.device).expand(N, -1)], dim=1)
+    values, pick = x.gather(1, index).topk(k, dim=1)
+    return values, index.gather(1, pick)
