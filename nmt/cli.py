@@ -190,7 +190,8 @@ def translate(
              "'LINE_NO<TAB>text<TAB>score' (score: log-prob / length penalty, as the beam ranks them).")] = None,
     length_penalty: Annotated[float | None, typer.Option(
         help="Length penalty alpha (its form: decode.length_penalty_type, gnmt or average).")] = None,
-    max_tokens: Annotated[int | None, typer.Option(help="Source tokens per batch.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(
+        help="Padded source tokens per batch: sentences x the longest source (+ EOS).")] = None,
     target_lang: Annotated[str | None, typer.Option(
         help="Target language of a multilingual model: puts its code >>LANG<< (e.g. fra) before every line "
              "(decode.prefix).")] = None,

@@ -86,7 +86,9 @@ class TrainConfig:
     amp: str = "auto"
     threads: int = 0  # CPU threads (0 = torch default)
     seed: int = 1
-    max_tokens: int = 4096  # per batch, padded tokens of the larger side
+    # padded tokens per batch: sentences x the longest side in it (source + EOS or target + BOS/EOS, whichever is
+    # longer), what the batch's tensors hold; also the validation loss's batches
+    max_tokens: int = 4096
     update_freq: int = 1  # gradient accumulation: batches per update
     max_updates: int = 100_000
     max_epochs: int = 0  # 0 = unlimited
@@ -137,7 +139,9 @@ class DecodeConfig:
     length_penalty_type: str = "gnmt"
     max_len_a: float = 1.0  # max target length = a * src_len + b
     max_len_b: int = 50
-    max_tokens: int = 4096  # source tokens per translation batch
+    # padded source tokens per batch: sentences x the longest source in it (+ EOS), as translate, serve and the
+    # validation BLEU batch
+    max_tokens: int = 4096
     chunk_lines: int = 2000  # lines read, sorted and translated together (bounds memory)
     nbest: int = 1
     max_input_tokens: int = 1000  # longer inputs are truncated with a warning
