@@ -235,7 +235,7 @@ def apply_dict(cfg: Config, data: dict[str, Any], origin: str = "config") -> Con
                 )
             setattr(target, key, _check_type(f"{section}.{key}", value, valid[key]))
             cfg.given.add(f"{section}.{key}")
-    validate(cfg)
+    check_config(cfg)
     return cfg
 
 
@@ -298,14 +298,12 @@ def inherit_model(saved: ModelConfig, cfg: Config, origin: str) -> ModelConfig:
     return model
 
 
-def validate(cfg: Config) -> None:
+def check_config(cfg: Config) -> None:
     """Every rule on config values lives here (one function per section), each a one-line ConfigError
     naming the key. Called whenever a config is loaded or rebuilt."""
-    validate_data(cfg.data)
-    validate_model(cfg.model)
-    validate_train(cfg.train)
-    validate_decode(cfg.decode)
-    validate_serve(cfg.serve)
+    for check, section in ((check_data, cfg.data), (check_model, cfg.model), (check_train, cfg.train),
+                           (check_decode, cfg.decode), (check_serve, cfg.serve)):
+        check(section)
 
 
 def _check(checks: list[tuple[bool, str]]) -> None:
@@ -314,7 +312,7 @@ def _check(checks: list[tuple[bool, str]]) -> None:
             raise ConfigError(message)
 
 
-def validate_data(d: DataConfig) -> None:
+def check_data(d: DataConfig) -> None:
     """Also called by `prepare` itself, which may be handed a DataConfig built in code."""
     _check([
         (d.src_lang != d.tgt_lang, f"data.src_lang and data.tgt_lang are both '{d.src_lang}'"),
@@ -330,7 +328,7 @@ def validate_data(d: DataConfig) -> None:
     ])
 
 
-def validate_model(m: ModelConfig) -> None:
+def check_model(m: ModelConfig) -> None:
     _check([
         (m.d_model > 0 and m.d_model % max(m.n_heads, 1) == 0,
          "model.d_model must be a positive multiple of model.n_heads"),
@@ -349,7 +347,7 @@ ACTIVATIONS = ("relu", "gelu", "swish")
 LENGTH_PENALTY_TYPES = ("gnmt", "average")  # the forms nmt.search.length_penalty_divisor computes
 
 
-def validate_train(t: TrainConfig) -> None:
+def check_train(t: TrainConfig) -> None:
     _check([
         (t.amp in ("auto", "bf16", "fp16", "none"), "train.amp must be auto|bf16|fp16|none"),
         (t.schedule in ("inverse_sqrt", "noam"), "train.schedule must be inverse_sqrt|noam"),
@@ -377,7 +375,7 @@ def validate_train(t: TrainConfig) -> None:
     ])
 
 
-def validate_decode(d: DecodeConfig) -> None:
+def check_decode(d: DecodeConfig) -> None:
     _check([
         (d.beam >= 1, "decode.beam must be >= 1"),
         (1 <= d.nbest <= d.beam, "decode.nbest must be between 1 and decode.beam"),
@@ -388,7 +386,7 @@ def validate_decode(d: DecodeConfig) -> None:
     ])
 
 
-def validate_serve(s: ServeConfig) -> None:
+def check_serve(s: ServeConfig) -> None:
     _check([
         (0 <= s.port < 2**16, f"serve.port must be in [0, 65535], got {s.port}"),
         (math.isfinite(s.max_delay_ms) and s.max_delay_ms >= 0,

@@ -40,7 +40,7 @@ from rich.console import Console
 from rich.progress import Progress, TaskID
 
 from nmt import corpus, datadir
-from nmt.config import Config, DataConfig, validate_data
+from nmt.config import Config, DataConfig, check_data
 from nmt.demo import write_demo
 from nmt.errors import NmtError
 from nmt.log import console, progress_bar, show_progress
@@ -70,7 +70,7 @@ def prepare(cfg: DataConfig, *, force: bool = False, progress: bool = True) -> d
     if not cfg.train:
         raise NmtError("no training data: data.train is not set (pass --train: a file prefix, a .tsv file, "
                        "or a datasets name/directory; or --demo)")
-    validate_data(cfg)
+    check_data(cfg)
     given = _given_tokenizer(cfg)
     if given is not None:  # text is cleaned as the tokenizer's own data was, whatever data.normalize says
         cfg = replace(cfg, normalize=given.normalize)

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from nmt.config import DataConfig, validate_data
+from nmt.config import DataConfig, check_data
 from nmt.datadir import DataDir, spm_files, write_tokenizer
 from nmt.demo import generate_pairs
 from nmt.errors import NmtError
@@ -117,7 +117,7 @@ def test_training_is_deterministic_and_sample_capped():
     with pytest.raises(NmtError, match=r"vocab size 1000 is too large for this data \(max \d+\)"):
         train_spm(EN, 1000, sample_cap=150)  # ... too large for a 150-sentence sample
     with pytest.raises(NmtError, match=r"data.spm_sample must be > 100"):
-        validate_data(DataConfig(spm_sample=100))  # the rule lives with the config
+        check_data(DataConfig(spm_sample=100))  # the rule lives with the config
 
 
 def test_sample_is_drawn_from_the_whole_stream():
@@ -142,7 +142,7 @@ def test_vocab_size_errors():
     with pytest.raises(NmtError, match=r"vocab size 10 is too small for this data"):
         train_spm(EN[:100], 10, model_type="unigram")
     with pytest.raises(NmtError, match="data.spm_type must be 'bpe' or 'unigram'"):  # the rule lives with the config
-        validate_data(DataConfig(spm_type="word2vec"))
+        check_data(DataConfig(spm_type="word2vec"))
     with pytest.raises(NmtError, match="SentencePiece training failed: .*word2vec"):  # one line if called directly
         train_spm(EN, 300, model_type="word2vec")
 
