@@ -32,19 +32,18 @@ def pick_device(name: str, option: str, local_rank: int = 0) -> torch.device:
 
 # mallopt(3) parameters of glibc's malloc
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-KEEP_FREED_BYTES = 256 << 20  # with 64 MiB 6.6M of those 14.7M faults were left; 256 MiB and 1 GiB measured alike
+KEEP_FREED_BYTES = 256 << 20  # large enough for a decoding step's logits and cache copies (64 MiB was not)
 
 
 def keep_freed_memory() -> bool:
     """Have glibc's malloc reuse freed blocks of up to KEEP_FREED_BYTES instead of giving them back to the OS.
 
     By default a block above a few MB (a decoding step's logits, a copy of the decoder cache) is fresh
-    mmap'ed memory, unmapped when freed: every step faults in and zeroes its pages anew. On the 2-core VM
-    of the benchmarks, translating 10,000 Multi30k sentences (beam 5, 2 threads) took 14.7M page faults and
-    86 s; with freed blocks kept, 0.7M and 58 s (test2016: 1.8M -> 0.2M faults, 1.2x). What PyTorch's CPU
-    tuning guide gets from jemalloc/tcmalloc, without a preloaded library. The cost: freed memory stays with
-    the process (peak RSS of those 10,000 sentences 1.28 -> 1.76 GB). Training was unaffected (its page
-    faults did not change). Does nothing (returns False) where the C library has no mallopt (macOS, Windows)."""
+    mmap'ed memory, unmapped when freed: every step faults in and zeroes its pages anew, which took a large
+    share of a translation's CPU time (`python bench/precision.py` and `bench/translate_memory.py` show the
+    speed and the memory). What PyTorch's CPU tuning guide gets from jemalloc/tcmalloc, without a preloaded
+    library. The cost: freed memory stays with the process (a higher peak RSS). Does nothing (returns False)
+    where the C library has no mallopt (macOS, Windows)."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):

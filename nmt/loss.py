@@ -4,8 +4,8 @@ Two ways to the same numbers:
 - `label_smoothed_loss(logits, ...)`: from logits [.., V] (validation, benches, any caller with logits).
 - `projected_label_smoothed_loss(hidden, weight, ...)`: from the decoder's last hidden states and the
   output matrix, for training. The [tokens, V] logits are the largest tensors of a small model's update
-  (Multi30k: 2,816 x 8,000 fp32 = 90 MB, written and read by log-softmax, NLL, the smoothing sum and
-  each of their backwards). Here they exist a cache-sized chunk of rows at a time, and the gradient
+  (written and read by log-softmax, NLL, the smoothing sum and each of their backwards;
+  `python bench/train.py`, column ours/ours-logits, times both). Here they exist a cache-sized chunk of rows at a time, and the gradient
   with respect to each chunk is formed in the same pass (the loss is a scalar, so backward only scales
   what forward already computed): three GEMMs per chunk and no full-size tensor. Padding rows are
   never projected.
@@ -87,7 +87,7 @@ def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float, bias:
     for start in range(0, rows.size(0), step):
         h, label = rows[start:start + step], labels[start:start + step]
         h32 = h.float()  # the same tensor when h is fp32
-        z = fast_linear(h, weight, None).float()  # [n, V] = h W^T (oneDNN on CPU in fp32: ~1.4x MKL here)
+        z = fast_linear(h, weight, None).float()  # [n, V] = h W^T
         if bias is not None:
             z += bias
         label_z = z.gather(1, label[:, None]).squeeze(1)
@@ -103,7 +103,7 @@ def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float, bias:
             e = e.to(h.dtype) if low is None else low.add(e, h32 * inv_s, grad_weight)
             e_w = fast_linear(e, weight.t(), None).float()  # e @ W
             grad_rows[start:start + step] = e_w * inv_s - (1.0 - epsilon) * weight[label].float() - epsilon * mean_row
-            if low is None:  # MKL: oneDNN was 2.3x slower at this [V, n] x [n, D] shape
+            if low is None:  # MKL, not fast_linear: oneDNN is slower at this [V, n] x [n, D] shape
                 grad_weight.addmm_(e.t(), h32 * inv_s)
             grad_weight.index_add_(0, label, h32, alpha=epsilon - 1.0)
     if low is not None:
@@ -118,9 +118,9 @@ DW_BYTES = 16 << 20  # low precision: e rows gathered per e^T (h / s) product (e
 
 class LowPrecisionGradWeight:
     """d loss / d W's e^T (h / s) in bf16/fp16: CPU has no mixed-dtype addmm, so each low-precision product is
-    cast to fp32 and added to the [V, D] gradient, ~4 x V x D bytes of memory traffic; per 131-row chunk
-    that cost as much as the product (base, V 8,000: the bf16 loss 231-254 -> 169-213 ms, the update ~3%). The
-    chunks' e and h / s are gathered instead, DW_BYTES of e at a time, and one product over them is cast
+    cast to fp32 and added to the [V, D] gradient, ~4 x V x D bytes of memory traffic, which per chunk of
+    rows costs as much as the product (`python bench/train.py --dtype bf16`). The chunks' e and h / s are
+    gathered instead, DW_BYTES of e at a time, and one product over them is cast
     and added (`flush_into`)."""
 
     def __init__(self, rows: Tensor, vocab: int, step: int):

@@ -27,8 +27,8 @@ def learning_rate(step: int, cfg: Config) -> float:
 
 
 def adam(params: list[nn.Parameter], **kwargs: Any) -> torch.optim.Adam:
-    """Adam with the fused kernel (one pass over all parameters; ~3x faster steps for the base model on
-    CPU) where this torch has it for the parameters' device, else the default multi-tensor version."""
+    """Adam with the fused kernel (one pass over all parameters instead of a few kernels per tensor) where this
+    torch has it for the parameters' device, else the default multi-tensor version."""
     try:
         return torch.optim.Adam(params, fused=True, **kwargs)
     except (RuntimeError, TypeError, ValueError):

@@ -60,8 +60,8 @@ def max_lengths(model, src: Tensor, pad: int, max_len_a: float, max_len_b: int) 
 def _log_probs(logits: Tensor, at_limit: Tensor, bos: int, eos: int, pad: int) -> Tensor:
     """float32 log-probabilities [N, V] (normalised over the whole vocabulary) with PAD and BOS made
     impossible and, in rows at their length limit (at_limit [N]), everything but EOS, which keeps its
-    real log-probability. One log_softmax kernel: 3x faster on CPU than logsumexp, which the search
-    used to subtract from the logits instead."""
+    real log-probability. One log_softmax kernel: on CPU faster than subtracting a logsumexp from the
+    logits."""
     logprobs = F.log_softmax(logits.float(), dim=-1)
     logprobs[:, pad] = float("-inf")
     logprobs[:, bos] = float("-inf")

@@ -121,8 +121,8 @@ def _sanitize(line: str) -> str:
     return line.encode("utf-8", "replace").decode("utf-8")
 
 
-# SentencePiece hands a list to a thread pool: 2-4 ms a call whatever its size (measured on 2 cores; one line
-# alone takes ~4 us in the calling thread), which one-sentence server requests would pay twice each
+# SentencePiece hands a list to a thread pool, a fixed cost of milliseconds a call whatever its size (one line
+# alone takes microseconds in the calling thread), which one-sentence server requests would pay twice each
 SPM_POOL_FROM = 64  # lines
 
 
