@@ -5,10 +5,10 @@ Two ways to the same numbers:
 - `projected_label_smoothed_loss(hidden, weight, ...)`: from the decoder's last hidden states and the
   output matrix, for training. The [tokens, V] logits are the largest tensors of a small model's update
   (written and read by log-softmax, NLL, the smoothing sum and each of their backwards;
-  `python bench/train.py`, column ours/ours-logits, times both). Here they exist a cache-sized chunk of rows at a time, and the gradient
-  with respect to each chunk is formed in the same pass (the loss is a scalar, so backward only scales
-  what forward already computed): three GEMMs per chunk and no full-size tensor. Padding rows are
-  never projected.
+  `python bench/train.py`, column ours/ours-logits, times both). Here they exist a cache-sized chunk of
+  rows at a time, and the gradient with respect to each chunk is formed in the same pass (the loss is a
+  scalar, so backward only scales what forward already computed): three GEMMs per chunk and no full-size
+  tensor. Padding rows are never projected.
 """
 
 from __future__ import annotations
