@@ -8,8 +8,8 @@ Pipeline (memory stays bounded whatever the corpus size — nothing holds a list
    files (pyarrow record batches, opened as a memory-mapped `Dataset`) in a temp dir inside the output dir.
 2. train SentencePiece (joint: both sides into one model; separate: one per side) from a stream
    over the Arrow text; SentencePiece keeps a seeded reservoir sample of `spm_sample` sentences.
-3. encode in `num_proc` worker processes (chunks of rows in, Arrow record batches out, written in
-   order), drop training pairs by token length (too_long, ratio) and `save_to_disk` each split.
+3. encode in `num_proc` worker processes (`nmt.encoding`: chunks of rows in, Arrow record batches out,
+   written in order), drop training pairs by token length (too_long, ratio) and `save_to_disk` each split.
 4. move the results into `cfg.dir` and write meta.json last (atomically): a crash at any point
    leaves either the old complete preparation or a directory without meta.json, never a
    half-written one that looks valid.
@@ -23,7 +23,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
 import tempfile
@@ -42,6 +41,7 @@ from rich.progress import Progress, TaskID
 from nmt import corpus, datadir
 from nmt.config import Config, DataConfig, check_data
 from nmt.demo import write_demo
+from nmt.encoding import encode_split
 from nmt.errors import NmtError
 from nmt.log import console, progress_bar, show_progress
 from nmt.tokenizer import Tokenizer, train_spm
@@ -201,7 +201,8 @@ def _build(cfg: DataConfig, sources: dict[str, corpus.Source], tmp: Path, consol
     # 3. encode, length-filter train, save
     splits = {}
     for split, dataset in raw.items():
-        encoded = _encode(cfg, split, dataset, tokenizer, tmp, progress)
+        encoded = encode_split(dataset, tokenizer, tmp / "cache" / f"{split}-ids.arrow", name=split,
+                               num_proc=cfg.num_proc, progress=progress)
         src_len = encoded.data.column("src_len").to_numpy()
         tgt_len = encoded.data.column("tgt_len").to_numpy()
         if split == "train":
@@ -231,14 +232,6 @@ def _build(cfg: DataConfig, sources: dict[str, corpus.Source], tmp: Path, consol
         "special_ids": asdict(tokenizer.special_ids), **tokenizer_files, "splits": splits,
         "filters": {name: filters.counts[name] for name in (*corpus.FILTERS, "kept", "read")},
     }
-
-
-def _encoded_features():  # -> datasets.Features
-    import datasets
-
-    ids = datasets.List(datasets.Value("int32"))
-    return datasets.Features({"src_ids": ids, "tgt_ids": ids, "src_len": datasets.Value("int32"),
-                              "tgt_len": datasets.Value("int32")})
 
 
 def _read_split(cfg: DataConfig, split: str, tmp: Path, filters: corpus.PairFilter | None, progress: bool):
@@ -341,62 +334,3 @@ def _train_tokenizer(cfg: DataConfig, train, bar: Progress) -> Tokenizer:
             raise NmtError(f"{sides[columns[0]]} side: {e}" if len(columns) == 1 else str(e)) from None
         bar.update(task, description=f"{what}: trained")
     return Tokenizer(*models, **langs)
-
-
-def _encode_batch(batch: dict[str, list[str]], tokenizer: Tokenizer) -> dict[str, list]:
-    src = tokenizer.encode_src(batch["src"], clean=False)  # text was cleaned while reading
-    tgt = tokenizer.encode_tgt(batch["tgt"], clean=False)
-    return {"src_ids": src, "tgt_ids": tgt, "src_len": [len(x) for x in src],
-            "tgt_len": [len(x) for x in tgt]}
-
-
-_worker: dict[str, Any] = {}  # an encoding worker's dataset and tokenizer, set once per process
-
-
-def _init_worker(dataset, tokenizer: Tokenizer) -> None:
-    _worker.update(dataset=dataset, tokenizer=tokenizer)
-
-
-def _encode_rows(rows: tuple[int, int]):  # -> pyarrow.RecordBatch
-    """Encode rows [start, stop) of the text dataset: the worker reads them from the memory-mapped Arrow
-    file itself, so only the ids travel back (as one record batch)."""
-    import pyarrow as pa
-
-    batch = _encode_batch(_worker["dataset"][rows[0]:rows[1]], _worker["tokenizer"])
-    return pa.RecordBatch.from_pydict(batch, schema=_encoded_features().arrow_schema)
-
-
-def _encode(cfg: DataConfig, split: str, dataset, tokenizer: Tokenizer, tmp: Path, progress: bool):
-    """Encode a split into a memory-mapped Arrow dataset, `data.num_proc` processes working on chunks of
-    1,000 rows. Not `Dataset.map`: its tqdm bars cannot be ours, and chunks written in order by one
-    writer give the same file without its per-worker cache files and merge."""
-    import datasets
-    import pyarrow as pa
-
-    chunk = 1000
-    ranges = [(start, min(start + chunk, len(dataset))) for start in range(0, len(dataset), chunk)]
-    procs = max(1, min(cfg.num_proc, len(ranges)))  # forking for a tiny valid set costs more than it saves
-    path = tmp / "cache" / f"{split}-ids.arrow"
-    schema = _encoded_features().arrow_schema
-    with (pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer,
-          progress_bar("pairs", enabled=progress) as bar, _pool(procs, dataset, tokenizer) as pool):
-        task = bar.add_task(f"encoding {split}", total=len(dataset), note="")
-        batches = pool.imap(_encode_rows, ranges) if pool is not None else map(_encode_rows, ranges)
-        for batch in batches:
-            writer.write_batch(batch)
-            bar.advance(task, batch.num_rows)
-    return datasets.Dataset.from_file(str(path))
-
-
-@contextmanager
-def _pool(procs: int, dataset, tokenizer: Tokenizer) -> Iterator[Any]:
-    """`procs` worker processes that hold the dataset and tokenizer, or None to work in this one."""
-    if procs == 1:
-        _init_worker(dataset, tokenizer)
-        try:
-            yield None
-        finally:
-            _worker.clear()
-        return
-    with multiprocessing.get_context().Pool(procs, _init_worker, (dataset, tokenizer)) as pool:
-        yield pool

@@ -1,22 +1,87 @@
-"""Shared fixtures: a small prepared demo corpus and a tiny-model config for fast CPU tests."""
+"""Shared fixtures and helpers: a small prepared demo corpus, a tiny-model config for fast CPU tests, and
+the one way to run the command line (in-process, or as a `python -m nmt` child) and check a refusal."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from typer.testing import CliRunner, Result
 
+from nmt.cli import main
 from nmt.config import Config, load_config
 from nmt.demo import write_demo
 from nmt.prepare import prepare
 
 torch.set_num_threads(1)  # tiny models gain nothing from threads; avoids OpenMP oversubscription
 
-MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
+ROOT = Path(__file__).resolve().parents[1]
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+
+# The exit statuses of a refusal (nmt.cli): the command's own (a user mistake: nmt.errors.NmtError or an
+# OSError, caught by user_errors) and the option parser's (a bad option value, an unknown option or command,
+# turned into an `error:` line by main). Either way stderr gets one `error:` line and no traceback.
+USER_ERROR = 1
+USAGE_ERROR = 2
+
+
+def run_cli(*args: str | Path, input: bytes | str | None = None) -> Result:
+    """`nmt ARGS` in-process: nmt.cli.main, the entry point of `nmt` and `python -m nmt`, with stdin fed from
+    `input` and stdout and stderr captured apart (Typer's CliRunner isolation). Monkeypatched faults reach
+    it; an exception that escapes main is kept in `result.exception`, as CliRunner.invoke keeps it."""
+    runner = CliRunner()
+    with runner.isolation(input=input) as (stdout, stderr, output):
+        exit_code, exception, exc_info = 0, None, None
+        try:
+            main([str(a) for a in args])
+        except SystemExit as e:
+            exit_code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+            exception, exc_info = (e, sys.exc_info()) if exit_code else (None, None)
+        except Exception as e:
+            exit_code, exception, exc_info = 1, e, sys.exc_info()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        return Result(runner, stdout.getvalue(), stderr.getvalue(), output.getvalue(), None, exit_code,
+                      exception, exc_info)
+
+
+def nmt_env(**extra: str) -> dict[str, str]:
+    """The environment of an nmt child process: this checkout's nmt, one OpenMP thread, then `extra`."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **extra}
+
+
+def nmt_process(*args: str, stdin: bytes | None = None, cwd: Path | None = None, entry: Sequence[str] = ("-m", "nmt"),
+                timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    """`python -m nmt ARGS` (or `python ENTRY ARGS`) run to its end as a separate process, for what needs
+    one: the real start-up, environment variables read at import, a module blocked before nmt loads."""
+    return subprocess.run([sys.executable, *entry, *args], cwd=cwd, input=stdin, capture_output=True,
+                          env=nmt_env(**env), timeout=timeout)
+
+
+def assert_one_line_error(result: Result | subprocess.CompletedProcess, *fragments: str,
+                          exit_code: int = USER_ERROR) -> str:
+    """A refusal as the user sees it: exit status `exit_code`, no traceback (nor an exception escaping the
+    CLI), and exactly one `error:` line on stderr, the last one, holding every fragment. Lines a command
+    printed before it failed (training's log) may precede it. Returns the error line."""
+    if isinstance(result, subprocess.CompletedProcess):
+        code, err = result.returncode, result.stderr.decode(errors="replace")
+    else:
+        assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+        code, err = result.exit_code, result.stderr
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == exit_code and "Traceback" not in err and len(errors) == 1, f"exit {code}:\n{err[-3000:]}"
+    assert err.splitlines()[-1] == errors[0], f"more after the error line:\n{err[-3000:]}"
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+    return errors[0]
 
 
 @pytest.fixture(scope="session")

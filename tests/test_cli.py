@@ -6,28 +6,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def nmt(*args: str, cwd: Path | None = None, stdin: bytes | None = None,
-        **extra_env: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **extra_env}
-    return subprocess.run([sys.executable, "-m", "nmt", *args], cwd=cwd, input=stdin, capture_output=True,
-                          env=env, timeout=300)
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
-    err = proc.stderr.decode()
-    assert proc.returncode != 0
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
+from .conftest import USAGE_ERROR, assert_one_line_error, nmt_env, nmt_process
 
 
 def test_pipeline_end_to_end(tmp_path, demo_raw):
@@ -40,79 +22,79 @@ def test_pipeline_end_to_end(tmp_path, demo_raw):
         "        valid_every: 10, save_every: 10, valid_bleu_sentences: 10, average_last: 2}\n"
         "decode: {beam: 2}\n"
     )
-    prep = nmt("prepare", "--config", str(config), "--train", demo_raw["train"], "--valid", demo_raw["valid"],
-               "--test", demo_raw["test"], cwd=tmp_path)
+    prep = nmt_process("prepare", "--config", str(config), "--train", demo_raw["train"], "--valid", demo_raw["valid"],
+                       "--test", demo_raw["test"], cwd=tmp_path)
     assert prep.returncode == 0, prep.stderr.decode()
     assert json.loads((tmp_path / "data/meta.json").read_text())["splits"]["train"]["pairs"] == 2000
-    tr = nmt("train", "--config", str(config), "--no-progress", cwd=tmp_path)
+    tr = nmt_process("train", "--config", str(config), "--no-progress", cwd=tmp_path)
     assert tr.returncode == 0, tr.stderr.decode()
     assert (tmp_path / "runs/tiny/averaged.pt").is_file()
     src = (tmp_path / "data/test.en").read_bytes()
-    tl = nmt("translate", "--config", str(config), cwd=tmp_path, stdin=src)
+    tl = nmt_process("translate", "--config", str(config), cwd=tmp_path, stdin=src)
     assert tl.returncode == 0, tl.stderr.decode()
     assert "averaged.pt" in tl.stderr.decode()  # the checkpoint choice is printed on stderr
     hyp = tl.stdout.decode()
     assert hyp.count("\n") == src.count(b"\n")
     (tmp_path / "hyp.de").write_text(hyp)
-    sc = nmt("score", "--ref", str(tmp_path / "data/test.de"), "--hyp", str(tmp_path / "hyp.de"), "--json")
+    sc = nmt_process("score", "--ref", str(tmp_path / "data/test.de"), "--hyp", str(tmp_path / "hyp.de"), "--json")
     assert sc.returncode == 0, sc.stderr.decode()
     result = json.loads(sc.stdout)
     assert {"bleu", "chrf", "ter"} <= set(result) and 0 <= result["bleu"]["score"] <= 100
-    pl = nmt("plot", "runs/tiny", cwd=tmp_path)
+    pl = nmt_process("plot", "runs/tiny", cwd=tmp_path)
     assert pl.returncode == 0 and (tmp_path / "runs/tiny/curves.png").stat().st_size > 1000
     # with no --config and no --checkpoint, translate finds the newest run under runs/
-    again = nmt("translate", cwd=tmp_path, stdin=b"forty-two\n")
+    again = nmt_process("translate", cwd=tmp_path, stdin=b"forty-two\n")
     assert again.returncode == 0 and again.stdout.count(b"\n") == 1
     assert "runs/tiny/averaged.pt" in again.stderr.decode()
 
 
 def test_help_explains_every_command():
-    top = nmt("--help")
+    top = nmt_process("--help")
     assert top.returncode == 0
     for command in ("prepare", "train", "translate", "score", "average", "plot", "info"):
         assert command in top.stdout.decode()
-        sub = nmt(command, "--help")
+        sub = nmt_process(command, "--help")
         assert sub.returncode == 0 and "--" in sub.stdout.decode()
 
 
 def test_shell_completion_completes_commands_and_options():
-    commands = nmt(_NMT_COMPLETE="complete_bash", COMP_WORDS="nmt tra", COMP_CWORD="1")
+    commands = nmt_process(_NMT_COMPLETE="complete_bash", COMP_WORDS="nmt tra", COMP_CWORD="1")
     assert commands.returncode == 0 and commands.stdout.decode().split() == ["train", "translate"]
-    options = nmt(_NMT_COMPLETE="complete_bash", COMP_WORDS="nmt translate --be", COMP_CWORD="2")
+    options = nmt_process(_NMT_COMPLETE="complete_bash", COMP_WORDS="nmt translate --be", COMP_CWORD="2")
     assert options.stdout.decode().split() == ["--beam"]
     # the shell named, not detected from the parent processes (none is a shell when the suite runs detached)
-    script = nmt("--show-completion", "bash", _TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION="1")
+    script = nmt_process("--show-completion", "bash", _TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION="1")
     assert script.returncode == 0 and "complete -o default -F _nmt_completion nmt" in script.stdout.decode()
-    assert "--install-completion" in nmt("--help").stdout.decode()
+    assert "--install-completion" in nmt_process("--help").stdout.decode()
 
 
 def test_config_errors_are_one_line(tmp_path):
-    assert_one_line_error(nmt("train", "--set", "model.d_modle=3"), "model.d_modle", "did you mean 'd_model'")
-    assert_one_line_error(nmt("train", "--config", str(tmp_path / "none.yaml")), "config file not found")
-    assert_one_line_error(nmt("train", "--set", "train.lr=fast"), "train.lr")
+    assert_one_line_error(nmt_process("train", "--set", "model.d_modle=3"), "model.d_modle", "did you mean 'd_model'")
+    assert_one_line_error(nmt_process("train", "--config", str(tmp_path / "none.yaml")), "config file not found")
+    assert_one_line_error(nmt_process("train", "--set", "train.lr=fast"), "train.lr")
 
 
 def test_prepare_errors_are_one_line(tmp_path):
     (tmp_path / "a.en").write_text("one\ntwo\nthree\n")
     (tmp_path / "a.de").write_text("eins\nzwei\n")
     out = str(tmp_path / "data")
-    assert_one_line_error(nmt("prepare", "--train", str(tmp_path / "a"), "-o", out), "3", "2")
-    assert_one_line_error(nmt("prepare", "--train", str(tmp_path / "missing"), "-o", out), "missing")
+    assert_one_line_error(nmt_process("prepare", "--train", str(tmp_path / "a"), "-o", out), "3", "2")
+    assert_one_line_error(nmt_process("prepare", "--train", str(tmp_path / "missing"), "-o", out), "missing")
     (tmp_path / "b.en").write_bytes(b"fine\n\xff\xfe bad\n")
     (tmp_path / "b.de").write_text("gut\nschlecht\n")
-    assert_one_line_error(nmt("prepare", "--train", str(tmp_path / "b"), "-o", out), "b.en", "2")
-    assert_one_line_error(nmt("prepare", "-o", out), "no training data")
+    assert_one_line_error(nmt_process("prepare", "--train", str(tmp_path / "b"), "-o", out), "b.en", "2")
+    assert_one_line_error(nmt_process("prepare", "-o", out), "no training data")
     assert not (tmp_path / "data" / "meta.json").exists()
 
 
 def test_translate_and_score_errors_are_one_line(tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"\x00" * 100)
-    assert_one_line_error(nmt("translate", "--checkpoint", str(bad), stdin=b"x\n"), str(bad))
+    assert_one_line_error(nmt_process("translate", "--checkpoint", str(bad), stdin=b"x\n"), str(bad))
     (tmp_path / "h").write_text("a\nb\n")
     (tmp_path / "r").write_text("a\n")
-    assert_one_line_error(nmt("score", "--ref", str(tmp_path / "r"), "--hyp", str(tmp_path / "h")), "2", "1")
-    assert_one_line_error(nmt("train", "--set", f"data.dir={tmp_path / 'nodata'}"), "nmt prepare")
+    assert_one_line_error(nmt_process("score", "--ref", str(tmp_path / "r"), "--hyp", str(tmp_path / "h")), "2", "1")
+    assert_one_line_error(nmt_process("train", "--set", f"data.dir={tmp_path / 'nodata'}"), "nmt prepare")
 
 
 @pytest.mark.parametrize("args, needles", [
@@ -121,21 +103,19 @@ def test_translate_and_score_errors_are_one_line(tmp_path):
     (["score", "--bogus"], ["--bogus"]),
 ])
 def test_option_parser_mistakes_are_one_line(args, needles):
-    proc = nmt(*args, stdin=b"")
-    assert_one_line_error(proc, *needles)
-    assert proc.returncode == 2 and len(proc.stderr.decode().splitlines()) == 1
+    proc = nmt_process(*args, stdin=b"")
+    assert_one_line_error(proc, *needles, exit_code=USAGE_ERROR)
+    assert len(proc.stderr.decode().splitlines()) == 1
 
 
 @pytest.mark.parametrize("entry", [["-m", "nmt"], ["-c", "from nmt.cli import main; main()"]])
 def test_python_dash_m_and_console_entry(entry):
-    proc = subprocess.run([sys.executable, *entry, "score", "--help"], capture_output=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    proc = nmt_process("score", "--help", entry=entry, timeout=60)
     assert proc.returncode == 0 and b"--ref" in proc.stdout
 
 
 def test_translate_help_says_what_the_output_is():
-    env_help = subprocess.run([sys.executable, "-m", "nmt", "translate", "--help"], capture_output=True,
-                              env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "250"}, timeout=120)
+    env_help = nmt_process("translate", "--help", timeout=120, COLUMNS="250")
     text = " ".join(env_help.stdout.decode().split())
     assert "needs nmt[plot]" in text  # rich markup used to eat "[plot]"
     assert "'LINE_NO<TAB>text<TAB>score'" in text and "|||" not in text  # the real n-best format
@@ -155,10 +135,9 @@ def test_a_line_is_answered_while_the_pipe_stays_open(demo_run):
     of waiting for a 2,000-line chunk or the end of the input."""
     import time
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "nmt", "translate", "--checkpoint", str(demo_run / "averaged.pt"),
                              "--no-progress"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, env=env)
+                            stderr=subprocess.DEVNULL, env=nmt_env())
     try:
         proc.stdin.write(b"forty-two\n")
         proc.stdin.flush()
@@ -178,14 +157,14 @@ def test_a_line_is_answered_while_the_pipe_stays_open(demo_run):
 def test_prepare_shows_a_bar_per_stage_on_stderr_when_asked(tmp_path, demo_raw):
     args = ["prepare", "--train", demo_raw["train"], "--valid", demo_raw["valid"], "--set", "data.vocab_size=400",
             "--num-proc", "2"]
-    shown = nmt(*args, "-o", str(tmp_path / "shown"), "--progress", COLUMNS="200")
+    shown = nmt_process(*args, "-o", str(tmp_path / "shown"), "--progress", COLUMNS="200")
     assert shown.returncode == 0, shown.stderr.decode()
     err = shown.stderr.decode()
     for stage in ("reading train", "2,000 kept", "SentencePiece en+de: trained", "4,000/4,000 sentences",
                   "encoding train", "2,000/2,000 pairs", "encoding valid", "pairs/s"):
         assert stage in err, stage
     assert "%|" not in err and "Map" not in err  # no tqdm bars from `datasets`
-    quiet = nmt(*args, "-o", str(tmp_path / "quiet"))  # stderr is not a terminal here: no bars by default
+    quiet = nmt_process(*args, "-o", str(tmp_path / "quiet"))  # stderr is not a terminal here: no bars by default
     assert quiet.returncode == 0 and "pairs/s" not in quiet.stderr.decode() and "━" not in quiet.stderr.decode()
     assert shown.stdout == quiet.stdout == b""
     for split in ("train", "valid"):  # the bars change nothing in what is written
@@ -200,9 +179,9 @@ def test_translate_bar_counts_lines_of_a_file_on_a_terminal(tmp_path, demo_run):
 
     lines = (tmp_path / "in.en").write_text("forty-two\nthree hundred\nseven\n" * 100) and tmp_path / "in.en"
     main, secondary = pty.openpty()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "COLUMNS": "150", "TERM": "xterm"}
     proc = subprocess.Popen([sys.executable, "-m", "nmt", "translate", "--checkpoint", str(demo_run / "averaged.pt"),
-                             "-i", str(lines)], stdout=subprocess.PIPE, stderr=secondary, env=env)
+                             "-i", str(lines)], stdout=subprocess.PIPE, stderr=secondary,
+                            env=nmt_env(COLUMNS="150", TERM="xterm"))
     os.close(secondary)
     err = b""
     try:

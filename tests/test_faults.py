@@ -23,18 +23,15 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from typer.testing import CliRunner
 
 import nmt.train as train_mod
 from nmt import checkpoint
-from nmt.cli import app
 from nmt.errors import CheckpointError, NmtError
 from nmt.rundir import RunDir
 from nmt.train import Trainer, train
 
-from .conftest import report_figures, tiny_config
+from .conftest import assert_one_line_error, nmt_env, report_figures, run_cli, tiny_config
 
-ROOT = Path(__file__).resolve().parents[1]
 LONG = os.environ.get("NMT_LONG_TESTS") == "1"
 KILL_TRIALS = 24 if LONG else 3
 FIGURES = {"kill trials": 0, "kills inside a checkpoint write": 0, "restarts": 0, "damaged checkpoints": 0,
@@ -113,8 +110,7 @@ def kill_config(demo_data: Path, run: Path, updates: int) -> Path:
 
 
 def child(config: Path, *extra: str, delay: float = 0.0, hold: Path | None = None, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "NMT_TEST_SAVE_DELAY": str(delay),
-           "NMT_TEST_HOLD": str(hold or "")}
+    env = nmt_env(NMT_TEST_SAVE_DELAY=str(delay), NMT_TEST_HOLD=str(hold or ""))
     with open(log, "ab") as err:
         return subprocess.Popen([sys.executable, "-c", CHILD, "train", "--config", str(config), "--no-progress",
                                  *extra], env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -251,15 +247,13 @@ def test_second_trainer_on_the_same_run_dir_is_refused(demo_data, reference, tmp
     try:
         assert wait_for(lambda: any(p.stat().st_size for p in run.glob(".checkpoint_*.tmp")), first)
         before = snapshot(run)
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
         others = [subprocess.Popen([sys.executable, "-m", "nmt", "train", "--config", str(config), "--no-progress",
-                                    *extra], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+                                    *extra], env=nmt_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
                   for extra in ([], ["--force"])]
         for other in others:
             _, err = other.communicate(timeout=120)
-            errors = [line for line in err.decode().splitlines() if line.startswith("error:")]
-            assert other.returncode == 1 and "Traceback" not in err.decode()
-            assert len(errors) == 1 and "in use by another `nmt train`" in errors[0] and str(run) in errors[0]
+            assert_one_line_error(subprocess.CompletedProcess(other.args, other.returncode, None, err),
+                                  "in use by another `nmt train`", str(run))
             FIGURES["concurrent trainers refused"] += 1
         assert snapshot(run) == before
         assert first.poll() is None
@@ -309,21 +303,6 @@ def copy_run(src: Path, dst: Path) -> Path:
     return dst
 
 
-def cli(*args: str, input: bytes | None = None):
-    """`nmt ARGS` in-process (monkeypatched faults reach it), with stdout and stderr kept apart."""
-    return CliRunner().invoke(app, list(args), input=input)
-
-
-def one_error_line(result, *needles: str) -> str:
-    assert result.exit_code != 0
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
-    for needle in needles:
-        assert needle in errors[0], errors[0]
-    return errors[0]
-
-
 def train_args(demo_data: Path, run: Path, *overrides: str) -> list[str]:
     cfg = tiny_config(demo_data, run, *STEPS, "train.keep_last=5", *overrides)
     config = run.parent / f"{run.name}.yaml"
@@ -339,7 +318,7 @@ def test_damaged_newest_checkpoint_falls_back_and_says_so(demo_data, six_updates
     with pytest.raises(CheckpointError, match=str(run / "last.pt")) as err:
         checkpoint.load(run / "last.pt")
     assert "\n" not in str(err.value)
-    result = cli(*train_args(demo_data, run, "train.max_updates=8"))
+    result = run_cli(*train_args(demo_data, run, "train.max_updates=8"))
     assert result.exit_code == 0, result.stderr
     assert f"{run / 'checkpoint_6.pt'}" in result.stderr and "trying an older checkpoint" in result.stderr
     assert f"resumed from {run / 'checkpoint_4.pt'} at update 4" in result.stderr
@@ -353,8 +332,8 @@ def test_damaged_checkpoint_is_a_one_line_error_for_translate_and_average(six_up
     bad = run / "checkpoint_4.pt"
     damage(bad, how)
     FIGURES["damaged checkpoints"] += 1
-    one_error_line(cli("translate", "--checkpoint", str(bad), "--no-progress", input=b"one\n"), str(bad))
-    one_error_line(cli("average", "--run-dir", str(run), "--last", "3"), str(bad))
+    assert_one_line_error(run_cli("translate", "--checkpoint", str(bad), "--no-progress", input=b"one\n"), str(bad))
+    assert_one_line_error(run_cli("average", "--run-dir", str(run), "--last", "3"), str(bad))
     assert not (run / "averaged.pt").exists() or checkpoint.load(run / "averaged.pt")
 
 
@@ -394,9 +373,9 @@ def test_every_checkpoint_damaged_refuses_unless_forced(demo_data, six_updates, 
         damage(path, "truncated")
     FIGURES["damaged checkpoints"] += 3
     kept = {p.name: p.read_bytes() for p in run.glob("*.pt")}
-    one_error_line(cli(*train_args(demo_data, run, "train.max_updates=8")), "no intact checkpoint", str(run))
+    assert_one_line_error(run_cli(*train_args(demo_data, run, "train.max_updates=8")), "no intact checkpoint", str(run))
     assert {p.name: p.read_bytes() for p in run.glob("*.pt")} == kept  # nothing overwritten or pruned
-    result = cli(*train_args(demo_data, run, "train.max_updates=8"), "--force")
+    result = run_cli(*train_args(demo_data, run, "train.max_updates=8"), "--force")
     assert result.exit_code == 0, result.stderr
     assert same_weights(weights(six_updates["ref8"] / "last.pt"), weights(run / "last.pt"))
 
@@ -414,13 +393,13 @@ def test_disk_full_while_saving_keeps_the_previous_checkpoint(demo_data, six_upd
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(checkpoint.torch, "save", disk_full)
-    result = cli(*train_args(demo_data, run, "train.max_updates=8"))
+    result = run_cli(*train_args(demo_data, run, "train.max_updates=8"))
     FIGURES["disk-full writes"] += 1
-    one_error_line(result, "no space left on device", str(run / "checkpoint_8.pt"), "previous files are intact")
+    assert_one_line_error(result, "no space left on device", str(run / "checkpoint_8.pt"), "previous files are intact")
     assert (run / "last.pt").read_bytes() == before and checkpoint.load(run / "last.pt")
     assert not partial_writes(run) and not (run / "checkpoint_8.pt").exists()
     monkeypatch.setattr(checkpoint.torch, "save", real_save)  # space freed: the run goes on from update 6
-    result = cli(*train_args(demo_data, run, "train.max_updates=8"))
+    result = run_cli(*train_args(demo_data, run, "train.max_updates=8"))
     assert result.exit_code == 0 and "resumed from" in result.stderr
     assert same_weights(weights(six_updates["ref8"] / "last.pt"), weights(run / "last.pt"))
 
@@ -438,8 +417,8 @@ def test_disk_full_writing_the_log_is_a_one_line_error(demo_data, six_updates, t
 
     monkeypatch.setattr(nmt.rundir, "open", full_open, raising=False)
     FIGURES["disk-full writes"] += 1
-    one_error_line(cli(*train_args(demo_data, run, "train.max_updates=8")), "No space left on device",
-                   "metrics.jsonl")
+    assert_one_line_error(run_cli(*train_args(demo_data, run, "train.max_updates=8")), "No space left on device",
+                          "metrics.jsonl")
     assert (run / "last.pt").read_bytes() == before
 
 
@@ -457,9 +436,9 @@ def test_log_reader_going_away_is_not_reported_as_success(demo_data, six_updates
         return real_update(self, step, *args, **kwargs)
 
     monkeypatch.setattr(nmt.log.Reporter, "update", broken_pipe)
-    assert cli(*train_args(demo_data, run, "train.max_updates=8")).exit_code == 141
+    assert run_cli(*train_args(demo_data, run, "train.max_updates=8")).exit_code == 141
     monkeypatch.setattr(nmt.log.Reporter, "update", real_update)
-    assert cli(*train_args(demo_data, run, "train.max_updates=8")).exit_code == 0
+    assert run_cli(*train_args(demo_data, run, "train.max_updates=8")).exit_code == 0
     assert same_weights(weights(six_updates["ref8"] / "last.pt"), weights(run / "last.pt"))
 
 
@@ -529,7 +508,7 @@ def test_a_poisoned_training_example_is_skipped_every_epoch(demo_data, tmp_path,
     monkeypatch.setattr(Trainer, "_forward_backward", remember)
     monkeypatch.setattr(train_mod, "projected_label_smoothed_loss", poisoned)
     run = tmp_path / "run"
-    result = cli(*train_args(demo_data, run, "train.max_tokens=8192", "train.max_epochs=2",
+    result = run_cli(*train_args(demo_data, run, "train.max_tokens=8192", "train.max_epochs=2",
                              "train.max_updates=100000", "train.max_bad_updates=3", "train.save_every=5"))
     assert result.exit_code == 0, result.stderr
     progress = checkpoint.load(run / "last.pt")["train_state"]["progress"]

@@ -17,10 +17,10 @@ import os
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from nmt.cli import app
 from nmt.demo import write_demo
+
+from .conftest import run_cli
 
 DATA = Path(__file__).resolve().parent / "data"
 CHECKPOINT = DATA / "demo-model.pt"
@@ -51,7 +51,7 @@ def source(tmp_path_factory) -> Path:
 def translate(source: Path, out: Path, options: list[str]) -> bytes:
     args = ["translate", "--checkpoint", str(CHECKPOINT), "--dtype", "fp32", *options, "--threads", "1",
             "--no-progress", "--input", str(source), "--output", str(out)]
-    result = CliRunner().invoke(app, args)
+    result = run_cli(*args)
     assert result.exit_code == 0, f"nmt {' '.join(args)}: exit {result.exit_code}\n{result.output[-3000:]}"
     return out.read_bytes()
 

@@ -3,7 +3,7 @@
 types, negative sizes. Each gets a correct result or a one-line `error:` with a non-zero exit: never a
 traceback, never a hang, never a partial output file presented as complete.
 
-Commands run in-process through Typer's CliRunner (the code path of `nmt ...` without the start-up cost);
+Commands run in-process through conftest's run_cli (the code path of `nmt ...` without the start-up cost);
 test_cli.py covers the real subprocesses. `--long` / NMT_LONG_TESTS=1 tries many more examples.
 """
 
@@ -22,12 +22,10 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from nmt.cli import app
 from nmt.train import train
 
-from .conftest import report_figures, tiny_config
+from .conftest import USAGE_ERROR, USER_ERROR, assert_one_line_error, report_figures, run_cli, tiny_config
 
 LONG = os.environ.get("NMT_LONG_TESTS") == "1"
 FIGURES = {"inputs tried": 0, "accepted": 0, "refused with one line": 0, "refused by the option parser": 0,
@@ -68,7 +66,7 @@ def deadline(seconds: int):
 def nmt(*args: str, input: bytes | None = None, seconds: int = 120):
     """Run one command in-process; fail on a hang or on an exception that escaped the CLI."""
     with deadline(seconds):
-        result = CliRunner().invoke(app, [str(a) for a in args], input=input)
+        result = run_cli(*args, input=input)
     FIGURES["inputs tried"] += 1
     if isinstance(result.exception, Hang):
         raise AssertionError(f"nmt {' '.join(map(str, args))[:200]}: hang ({result.exception})")
@@ -77,12 +75,9 @@ def nmt(*args: str, input: bytes | None = None, seconds: int = 120):
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     if result.exit_code == 0:
         FIGURES["accepted"] += 1
-    elif result.exit_code == 2 and "Usage: nmt" in result.stderr:  # click's own usage error (a bad option value)
-        FIGURES["refused by the option parser"] += 1
     else:
-        FIGURES["refused with one line"] += 1
-        errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-        assert len(errors) == 1, f"expected one error line, got:\n{result.stderr[-3000:]}"
+        error_line(result)
+        FIGURES["refused by the option parser" if result.exit_code == USAGE_ERROR else "refused with one line"] += 1
     return result
 
 
@@ -94,10 +89,8 @@ def no_loss(ok: bool, what: str) -> None:
 
 
 def error_line(result) -> str:
-    assert result.exit_code != 0, "expected a refusal"
-    if result.exit_code == 2 and "Usage: nmt" in result.stderr:
-        return result.stderr
-    return next(line for line in result.stderr.splitlines() if line.startswith("error:"))
+    """The one `error:` line of a refusal, by the option parser (a bad option value) or by the command."""
+    return assert_one_line_error(result, exit_code=USAGE_ERROR if result.exit_code == USAGE_ERROR else USER_ERROR)
 
 
 def n_lines(data: bytes) -> int:

@@ -9,10 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from typer.testing import CliRunner
 
 from nmt import checkpoint
-from nmt.cli import app
 from nmt.config import config_from_dict
 from nmt.datadir import read_meta
 from nmt.info import count_parameters
@@ -20,7 +18,7 @@ from nmt.model import Transformer
 from nmt.rundir import RunDir
 from nmt.tokenizer import Tokenizer
 
-from .conftest import tiny_config
+from .conftest import assert_one_line_error, run_cli, tiny_config
 
 MAX_UPDATES = 6
 
@@ -37,12 +35,8 @@ def run(tmp_path_factory, demo_data) -> Path:
     return path
 
 
-def info(*args: str):
-    return CliRunner().invoke(app, ["info", *args])
-
-
 def info_json(path: Path) -> dict:
-    result = info(str(path), "--json")
+    result = run_cli("info", str(path), "--json")
     assert result.exit_code == 0, result.output
     assert result.stdout.count("\n") == 1  # one JSON line
     return json.loads(result.stdout)
@@ -111,7 +105,7 @@ def test_tied_tensors_count_once_and_equal_tensors_do_not_merge():
 
 
 def test_checkpoint_table_shows_the_facts(run):
-    result = info(str(run / "last.pt"))
+    result = run_cli("info", str(run / "last.pt"))
     assert result.exit_code == 0, result.output
     out = result.stdout
     for needle in ("training checkpoint", "en -> de", f"{model_parameters(run / 'last.pt'):,}", "d_model 32",
@@ -144,7 +138,7 @@ def test_run_dir_json(run):
 
 
 def test_run_dir_table(run):
-    result = info(str(run))
+    result = run_cli("info", str(run))
     assert result.exit_code == 0, result.output
     out = result.stdout
     for needle in ("checkpoint_6.pt", "averaged.pt", "<- translate", "averaged weights", "1+1 layers",
@@ -157,7 +151,7 @@ def test_run_dir_without_checkpoints_or_metrics(run, tmp_path):
     r = info_json(tmp_path)
     assert r["translate_checkpoint"] is None and r["checkpoint"] is None and r["checkpoints"] == []
     assert r["metrics"] is None and any("metrics" in p for p in r["problems"])
-    assert "none (no checkpoint yet)" in info(str(tmp_path)).stdout
+    assert "none (no checkpoint yet)" in run_cli("info", str(tmp_path)).stdout
 
 
 def test_run_dir_with_a_damaged_checkpoint_is_still_described(run, tmp_path):
@@ -184,7 +178,7 @@ def test_data_dir_json_and_table(demo_data):
     sizes = {f["name"]: f["size_bytes"] for f in d["files"]}
     assert sizes["meta.json"] == (demo_data / "meta.json").stat().st_size
     assert {"train", "valid", "test", "valid.de", "test.en"} <= set(sizes) and all(sizes.values())
-    out = info(str(demo_data)).stdout
+    out = run_cli("info", str(demo_data)).stdout
     for needle in ("en -> de", "400 / 400", "2,000", f"{meta['splits']['train']['src_tokens']:,}", "meta.json",
                    meta["fingerprint"][:16]):
         assert needle in out, needle
@@ -207,16 +201,14 @@ def test_what_is_not_an_nmt_artifact_is_a_one_line_error(run, tmp_path, name, ne
     (tmp_path / "truncated.pt").write_bytes(data[: len(data) // 2])
     torch.save({"weights": torch.zeros(2)}, tmp_path / "foreign.pt")
     for args in ([str(tmp_path / name)], [str(tmp_path / name), "--json"]):
-        result = info(*args)
-        assert result.exit_code == 1 and result.stdout == ""
-        lines = result.stderr.splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
-        assert name in lines[0]
+        result = run_cli("info", *args)
+        assert_one_line_error(result, needle, name)
+        assert result.stdout == "" and len(result.stderr.splitlines()) == 1, result.stderr
 
 
 
 def test_help_describes_the_command():
-    top = CliRunner().invoke(app, ["--help"])
+    top = run_cli("--help")
     assert top.exit_code == 0 and "info" in top.stdout
-    sub = info("--help")
+    sub = run_cli("info", "--help")
     assert sub.exit_code == 0 and "--json" in sub.stdout and "PATH" in sub.stdout

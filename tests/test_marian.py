@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,8 +31,9 @@ from nmt.tokenizer import Tokenizer  # noqa: E402
 from nmt.train import train  # noqa: E402
 from nmt.translator import Translator  # noqa: E402
 
+from .conftest import assert_one_line_error, nmt_process  # noqa: E402
+
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")  # MarianTokenizer's
-ROOT = Path(__file__).resolve().parents[1]
 MAX_NEW = 100  # generate's max_new_tokens; nmt: 99 tokens + EOS
 CODES = (">>deu<<", ">>fra<<")
 
@@ -228,27 +226,22 @@ def test_target_language_prefix(base, tmp_path):
         nmt_translate(out, ["x"], 1, prefix=">>xx<<")
 
 
-def nmt_cli(*args: str, stdin: bytes | None = None, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nmt", *args], input=stdin, capture_output=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env})
-
-
 def test_cli_import_then_translate_and_info(base, tmp_path):
     ckpt = tmp_path / "opus.pt"
-    proc = nmt_cli("import", str(base["dir"]), "-o", str(ckpt), "--src-lang", "en", "--tgt-lang", "de")
+    proc = nmt_process("import", str(base["dir"]), "-o", str(ckpt), "--src-lang", "en", "--tgt-lang", "de")
     assert proc.returncode == 0, proc.stderr.decode()
     lines = base["lines"][:20]
-    proc = nmt_cli("translate", "--checkpoint", str(ckpt), "--beam", "1", "--dtype", "fp32", "--no-progress",
-                   "--set", "decode.max_len_a=0", "--set", f"decode.max_len_b={MAX_NEW - 1}",
-                   stdin="\n".join(lines).encode() + b"\n")
+    proc = nmt_process("translate", "--checkpoint", str(ckpt), "--beam", "1", "--dtype", "fp32", "--no-progress",
+                       "--set", "decode.max_len_a=0", "--set", f"decode.max_len_b={MAX_NEW - 1}",
+                       stdin="\n".join(lines).encode() + b"\n")
     assert proc.returncode == 0, proc.stderr.decode()
     assert proc.stdout.decode().splitlines() == hf_translate(base["model"], base["tok"], lines, 1)[0]
-    info = nmt_cli("info", str(ckpt), "--json")
+    info = nmt_process("info", str(ckpt), "--json")
     assert info.returncode == 0, info.stderr.decode()
     described = json.loads(info.stdout)
     assert described["kind"] == "imported" and described["imported_from"] == str(base["dir"])
     assert described["model"]["activation"] == "swish" and described["model"]["position_layout"] == "halves"
-    text = nmt_cli("info", str(ckpt)).stdout.decode()
+    text = nmt_process("info", str(ckpt)).stdout.decode()
     assert "imported pretrained model" in text and "activation swish" in text
 
 
@@ -287,12 +280,10 @@ def test_bad_inputs_are_one_line_errors_naming_the_file(base, tmp_path, damage, 
 def test_cli_error_is_one_line(base, tmp_path):
     directory = broken_copy(base, tmp_path)
     edit_json(directory / "config.json", model_type="t5")
-    proc = nmt_cli("import", str(directory), "-o", str(tmp_path / "m.pt"))
-    err = proc.stderr.decode()
-    assert proc.returncode == 1 and "Traceback" not in err
-    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+    proc = nmt_process("import", str(directory), "-o", str(tmp_path / "m.pt"))
+    assert assert_one_line_error(proc) == (
         f"error: {directory / 'config.json'}: model_type 't5' is not a Marian model (nmt imports MarianMTModel / "
-        "OPUS-MT checkpoints)"]
+        "OPUS-MT checkpoints)")
 
 
 def test_hub_names_download_through_huggingface_hub(base, tmp_path, monkeypatch):
@@ -312,13 +303,10 @@ def test_hub_names_download_through_huggingface_hub(base, tmp_path, monkeypatch)
 
 
 def test_offline_hub_name_is_one_line_error(tmp_path):
-    proc = nmt_cli("import", "Helsinki-NLP/opus-mt-en-de", "-o", str(tmp_path / "m.pt"), HF_HUB_OFFLINE="1")
-    err = proc.stderr.decode()
-    assert proc.returncode == 1 and "Traceback" not in err, err
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "cannot download Helsinki-NLP/opus-mt-en-de from the Hugging Face hub" in errors[0]
-    proc = nmt_cli("import", str(tmp_path / "nowhere"), "-o", str(tmp_path / "m.pt"))
-    assert "not a directory saved by save_pretrained" in proc.stderr.decode()
+    proc = nmt_process("import", "Helsinki-NLP/opus-mt-en-de", "-o", str(tmp_path / "m.pt"), HF_HUB_OFFLINE="1")
+    assert_one_line_error(proc, "cannot download Helsinki-NLP/opus-mt-en-de from the Hugging Face hub")
+    proc = nmt_process("import", str(tmp_path / "nowhere"), "-o", str(tmp_path / "m.pt"))
+    assert_one_line_error(proc, "not a directory saved by save_pretrained")
 
 
 # ---------------------------------------------------------------- fine-tuning

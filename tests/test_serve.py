@@ -19,13 +19,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from typer.testing import CliRunner
 
 from nmt.batcher import Batcher, Closed
-from nmt.cli import app
 from nmt.config import Config, load_config
 from nmt.demo import write_demo
 from nmt.errors import ConfigError
+
+from .conftest import assert_one_line_error, nmt_process, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = ROOT / "tests" / "data" / "demo-model.pt"  # a fixed small demo model (see test_golden.py)
@@ -316,8 +316,8 @@ def expected(tmp_path_factory, lines) -> dict[str, list[list[tuple]]]:
     out: dict[str, list[list[tuple]]] = {}
     for mode, (options, _) in MODES.items():
         target = tmp / "out.txt"
-        result = CliRunner().invoke(app, ["translate", "--checkpoint", str(CHECKPOINT), "--dtype", "fp32", "--threads",
-                                          "1", "--no-progress", *options, "-i", str(source), "-o", str(target)])
+        result = run_cli("translate", "--checkpoint", str(CHECKPOINT), "--dtype", "fp32", "--threads", "1",
+                         "--no-progress", *options, "-i", str(source), "-o", str(target))
         assert result.exit_code == 0, result.output
         printed = target.read_text(encoding="utf-8").split("\n")[:-1]
         if "--nbest" in options:
@@ -576,31 +576,20 @@ def test_a_stop_signal_answers_every_request_in_flight_and_exits_0(tmp_path, lin
     assert {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in run_dir.iterdir()} == before  # read-only
 
 
-def run_nmt(*args: str, code: str = "from nmt.cli import main; main()") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, env=ENV, timeout=300)
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
-    err = proc.stderr.decode()
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert proc.returncode == 1 and "Traceback" not in err and len(errors) == 1, err
-    for needle in needles:
-        assert needle in errors[0], errors[0]
-
-
 def test_without_the_extra_serve_is_a_one_line_error_naming_it():
     blocked = "import sys; sys.modules['fastapi'] = None; from nmt.cli import main; main()"
-    assert_one_line_error(run_nmt("serve", "--checkpoint", str(CHECKPOINT), code=blocked), "nmt[serve]", "fastapi")
+    assert_one_line_error(nmt_process("serve", "--checkpoint", str(CHECKPOINT), entry=("-c", blocked)),
+                          "nmt[serve]", "fastapi")
 
 
 def test_start_up_problems_are_one_line_errors(tmp_path):
-    assert_one_line_error(run_nmt("serve", "--checkpoint", str(tmp_path / "none.pt")), "none.pt")
+    assert_one_line_error(nmt_process("serve", "--checkpoint", str(tmp_path / "none.pt")), "none.pt")
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"\x00" * 100)  # found, but fails to load on the model thread: the server stops
-    assert_one_line_error(run_nmt("serve", "--checkpoint", str(bad), "--port", "0"), "bad.pt")
+    assert_one_line_error(nmt_process("serve", "--checkpoint", str(bad), "--port", "0"), "bad.pt")
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        assert_one_line_error(run_nmt("serve", "--checkpoint", str(CHECKPOINT), "--port", str(port)),
+        assert_one_line_error(nmt_process("serve", "--checkpoint", str(CHECKPOINT), "--port", str(port)),
                               f"cannot listen on 127.0.0.1:{port}")
