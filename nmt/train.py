@@ -3,8 +3,9 @@
 One update = `update_freq` token-budget batches per process. The loss of an update is the sum over
 its target tokens divided by the update's total target tokens across all processes, so
 `torchrun --nproc_per_node W` computes the same gradient as one process with `update_freq * W`.
-The run dir (nmt.rundir), the data dir (nmt.datadir), the resume state (nmt.trainstate) and
-validation (nmt.validate) live in their own modules; this one builds the run and loops.
+The run dir (nmt.rundir), the data dir (nmt.datadir), the resume state (nmt.trainstate), the time
+budget (nmt.budget), out-of-memory retries (nmt.oom) and validation (nmt.validate) live in their own
+modules; this one builds the run and loops.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import itertools
 import math
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 
 import torch
 
 from nmt import checkpoint, distributed, trainstate
-from nmt.batching import Batch, TokenBatchSampler, batches_from_dataset, split_batch
+from nmt.batching import Batch, TokenBatchSampler, batches_from_dataset
+from nmt.budget import TimeBudget
 from nmt.checkpoint import Checkpoint
 from nmt.config import Config, inherit_model
 from nmt.datadir import DataDir
@@ -28,22 +31,25 @@ from nmt.errors import NmtError
 from nmt.log import Reporter, console
 from nmt.loss import projected_label_smoothed_loss
 from nmt.model import Transformer
+from nmt.oom import SplitOnOOM
 from nmt.optim import adam, learning_rate
 from nmt.precision import autocast, choose, prepare
 from nmt.rundir import RunDir
-from nmt.trainstate import Counters
+from nmt.tokenizer import Tokenizer
+from nmt.trainstate import Counters, SkippedUpdate
 from nmt.validate import greedy_bleu, validation_loss
 
-# Exceptions meaning "this batch does not fit in memory". A tuple so tests can add a CPU-raisable class.
-OOM_ERRORS: tuple[type[BaseException], ...] = (torch.cuda.OutOfMemoryError,)
 
-
-def is_oom(error: BaseException) -> bool:
-    return isinstance(error, OOM_ERRORS) or (isinstance(error, RuntimeError) and "out of memory" in str(error))
-
-
-class SkippedUpdate(Exception):
-    """An update whose step was not taken (non-finite gradient, or no sentence fit in memory)."""
+def fine_tuning_start(cfg: Config, data: DataDir, tokenizer: Tokenizer) -> dict[str, Any]:
+    """The weights a fine-tuning run (train.init_from) starts from. Its model config replaces the run's
+    (nmt.config.inherit_model), and the data must be encoded with its tokenizer."""
+    path = cfg.train.init_from
+    ckpt = checkpoint.load(path)
+    if ckpt.tokenizer().fingerprint() != tokenizer.fingerprint():
+        raise NmtError(f"{data} is not encoded with the tokenizer of {path}: prepare the data with "
+                       f"`nmt prepare --tokenizer-from {path}`")
+    cfg.model = inherit_model(ckpt.model_config, cfg, path)
+    return ckpt.weights
 
 
 class Trainer:
@@ -62,7 +68,7 @@ class Trainer:
         self.report = Reporter(self.run_dir, enabled=self.dist.main, progress=progress, tensorboard=t.tensorboard)
         self.data = DataDir.open(cfg.data.dir)
         self.tokenizer = self.data.tokenizer()
-        self.init = self._init_from(t.init_from) if t.init_from else None
+        self.init = fine_tuning_start(cfg, self.data, self.tokenizer) if t.init_from else None
         self.special = self.tokenizer.special_ids
         self.train_data = self.data.split("train")
         self.valid_data = self.data.split("valid") if self.data.has_split("valid") else None
@@ -76,19 +82,11 @@ class Trainer:
             self.dist.barrier()
             self._build()
             self.resumed = self._resume(force)
+            self.oom = SplitOnOOM(self.counters, self.special.pad, lambda: self.optimizer.zero_grad(set_to_none=True),
+                                  self.report.warn, self.dist.rank, self.dist.world)
         except BaseException:
             self.close()
             raise
-
-    def _init_from(self, path: str) -> dict[str, Any]:
-        """The checkpoint a fine-tuning run starts from: its model config replaces the run's (nmt.config.
-        inherit_model), and the data must be encoded with its tokenizer. Returns its weights."""
-        ckpt = checkpoint.load(path)
-        if ckpt.tokenizer().fingerprint() != self.tokenizer.fingerprint():
-            raise NmtError(f"{self.data} is not encoded with the tokenizer of {path}: prepare the data with "
-                           f"`nmt prepare --tokenizer-from {path}`")
-        self.cfg.model = inherit_model(ckpt.model_config, self.cfg, path)
-        return ckpt.weights
 
     def _build(self) -> None:
         cfg, t = self.cfg, self.cfg.train
@@ -113,22 +111,7 @@ class Trainer:
 
     def _resume(self, force: bool) -> bool:
         """Continue from the newest intact checkpoint (True), or start: config.yaml, fresh metrics (False)."""
-        if self.dist.main:
-            self.run_dir.remove_partial_writes()  # left by a kill during a save; we hold the lock
-        damaged: list[str] = []
-
-        def warn(message: str) -> None:
-            damaged.append(message)
-            self.report.warn(message)
-
-        state = self.run_dir.newest_intact(warn=warn)
-        if state is None and damaged:
-            # starting over would mix new checkpoints with the damaged ones (prune, average): the user decides
-            if not force:
-                raise NmtError(f"no intact checkpoint in {self.run_dir}: all {len(damaged)} are damaged "
-                               "(see the warnings above); use --force to start over")
-            if self.dist.main:
-                self.run_dir.clear()
+        state = trainstate.resume_point(self.run_dir, force, self.dist.main, self.report.warn)
         if state is None:
             self.counters = Counters()
             if self.init is not None:
@@ -165,20 +148,13 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         t, c = self.cfg.train, self.counters
         batches = self.batches()
-        started, base_elapsed = time.monotonic(), c.elapsed
-
-        def elapsed() -> float:
-            return base_elapsed + (time.monotonic() - started)
-
-        # Seconds to keep in hand for the time budget, re-measured as the run goes. The first guess at a
-        # save: the checkpoint size (weights + 2 Adam moments) at a conservative 100 MB/s.
-        save_seconds = 0.05 + 3 * sum(p.numel() * p.element_size() for p in self.model.parameters()) / 100e6
-        valid_seconds = update_seconds = 0.0
+        checkpoint_bytes = 3 * sum(p.numel() * p.element_size() for p in self.model.parameters())  # + Adam moments
+        budget = TimeBudget(t.max_minutes, c.elapsed, checkpoint_bytes, t.average_last, agree=self.dist.any)
         saved_step = c.step if self.resumed else -1
         self.report.start(total=t.max_updates, done=c.step)
         reason = "max_updates"
         while c.step < t.max_updates:
-            if self._out_of_time(elapsed(), update_seconds, save_seconds, valid_seconds):
+            if budget.exhausted(validate_next=(c.step + 1) % t.valid_every == 0):
                 reason = "max_minutes"
                 break
             group = list(itertools.islice(batches, t.update_freq))
@@ -189,39 +165,27 @@ class Trainer:
             try:
                 stats = self.update(group)  # lr -> forward/backward per piece -> clip -> step
             except SkippedUpdate as skipped:
-                self._count_skipped(str(skipped))
+                self._skipped(str(skipped))
                 continue
-            c.bad_updates, c.step = 0, c.step + 1
-            update_seconds = time.monotonic() - tick
-            c.elapsed = elapsed()
-            self.report.update(c.step, c.epoch, stats, update_seconds, t.log_every)
+            c.stepped()
+            budget.update_seconds = time.monotonic() - tick
+            c.elapsed = budget.elapsed()
+            self.report.update(c.step, c.epoch, stats, budget.update_seconds, t.log_every)
             stop = False
             if c.step % t.valid_every == 0:
                 tick = time.monotonic()
                 stop = self.dist.from_main(self.dist.main and self.valid_data is not None and self.validate())
-                valid_seconds = time.monotonic() - tick
+                budget.valid_seconds = time.monotonic() - tick
             if c.step % t.save_every == 0:
-                save_seconds, saved_step = self.save(), c.step
+                budget.save_seconds, saved_step = self.save(), c.step
             if stop:
                 reason = "patience"
                 break
-        c.elapsed = elapsed()
+        c.elapsed = budget.elapsed()
         self._finish(saved_step)
-        c.elapsed = elapsed()  # final save + averaging included
+        c.elapsed = budget.elapsed()  # final save + averaging included
         self.report.finish(c.step, reason)
-        return {"step": c.step, "epoch": c.epoch, "stopped": reason, "best": c.best,
-                "skipped_updates": c.skipped_updates, "oom_splits": c.oom_splits, "oom_skipped": c.oom_skipped,
-                "elapsed": c.elapsed}
-
-    def _finish(self, saved_step: int) -> None:
-        """The last checkpoint (unless this step was just saved), best.pt if validation never wrote one, and
-        averaged.pt."""
-        if saved_step != self.counters.step:  # a local flag: every DDP rank must agree without I/O
-            self.save()
-        if self.dist.main and self.valid_data is not None and not self.run_dir.best.exists():
-            self.run_dir.save_best(self.snapshot(with_training=False))
-        self.average()
-        self.dist.barrier()
+        return {**asdict(c), "stopped": reason}
 
     def batches(self) -> Iterator[Batch]:
         """Training batches, epoch after epoch (until train.max_epochs)."""
@@ -232,21 +196,9 @@ class Trainer:
             self.counters.epoch += 1
             self.sampler.set_epoch(self.counters.epoch)
 
-    def _out_of_time(self, elapsed: float, update_seconds: float, save_seconds: float, valid_seconds: float) -> bool:
-        """Whether train.max_minutes leaves no room for one more update (and its validation), the final save
-        and the averaging (reads average_last checkpoints, writes one); agreed by every rank."""
-        t = self.cfg.train
-        if t.max_minutes <= 0:
-            return False
-        reserve = update_seconds + save_seconds * (t.average_last + 3) + 0.5
-        if (self.counters.step + 1) % t.valid_every == 0:
-            reserve += valid_seconds
-        return self.dist.any(elapsed + reserve >= t.max_minutes * 60)
-
-    def _count_skipped(self, reason: str) -> None:
+    def _skipped(self, reason: str) -> None:
         c = self.counters
-        c.bad_updates += 1
-        c.skipped_updates += 1
+        c.skipped()
         self.report.warn(f"{reason} at update {c.step + 1}: update skipped ({c.bad_updates} in a row)")
         if c.bad_updates >= self.cfg.train.max_bad_updates:
             what = "non-finite" if reason.startswith("non-finite") else "skipped"
@@ -262,7 +214,7 @@ class Trainer:
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
         self.model.train()
-        loss_sum, nll_sum = self._accumulate(group, total)
+        loss_sum, nll_sum = self.oom.accumulate(group, lambda batch, last: self._backward(batch, last, total))
         self.scaler.unscale_(self.optimizer)
         gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm if t.clip_norm > 0 else math.inf)
         if not (bool(torch.isfinite(gnorm)) and math.isfinite(loss_sum)) and not self.scaler.is_enabled():
@@ -278,64 +230,20 @@ class Trainer:
         loss_sum, nll_sum = self.dist.sum([loss_sum, nll_sum])
         return {"loss": loss_sum / total, "nll": nll_sum / total, "lr": lr, "gnorm": float(gnorm), "tokens": total}
 
-    def _accumulate(self, group: list[Batch], total: float) -> tuple[float, float]:
-        """Gradients of the whole group. A piece that runs out of memory is halved (a single sentence
-        dropped) and the update redone from scratch, until it fits or nothing is left."""
-        pieces = list(group)
-        while True:
-            loss_sum, nll_sum, failed = self._forward_backward(pieces, total)
-            if failed is None:
-                return loss_sum, nll_sum
-            pieces = self._after_oom(pieces, failed)
-            if not pieces:
-                raise SkippedUpdate("out of memory on every sentence")
-
-    def _forward_backward(self, pieces: list[Batch], total: float) -> tuple[float, float, int | None]:
-        """Accumulate the gradient of every piece (loss normalised by the update's `total` tokens).
-        Returns the loss/NLL sums and the index of the piece that ran out of memory (None if none did)."""
+    def _backward(self, batch: Batch, last: bool, total: float) -> tuple[float, float]:
+        """Add one piece's gradient (its loss normalised by the update's `total` target tokens); returns its
+        loss and NLL sums."""
         module = self.ddp or self.model
-        loss_sum = nll_sum = 0.0
-        for i, batch in enumerate(pieces):
-            sync = self.ddp is None or i == len(pieces) - 1  # DDP all-reduces gradients once, after the last
-            try:
-                batch = batch.to(self.device)
-                with contextlib.nullcontext() if sync else self.ddp.no_sync():
-                    with autocast(self.device, self.precision):
-                        hidden = module(batch.src, batch.tgt_in, project=False)
-                        loss, nll = projected_label_smoothed_loss(hidden, self.model.output_weight, batch.tgt_out,
-                                                                  self.cfg.train.label_smoothing, self.special.pad,
-                                                                  self.model.output_bias)
-                    self.scaler.scale(loss * (self.dist.world / total)).backward()
-                loss_sum += float(loss.detach())
-                nll_sum += float(nll.detach())
-            except Exception as e:
-                if not is_oom(e):
-                    raise
-                if self.dist.world > 1:  # the other ranks wait in all-reduce: a retry here cannot match them
-                    raise NmtError(f"out of memory at update {self.counters.step + 1} on rank {self.dist.rank}; "
-                                   "lower train.max_tokens (and raise train.update_freq)") from None
-                failed = i
-                break
-        else:
-            return loss_sum, nll_sum, None
-        return loss_sum, nll_sum, failed  # outside `except`: the failed batch's traceback and activations are gone
-
-    def _after_oom(self, pieces: list[Batch], i: int) -> list[Batch]:
-        """The pieces to retry with piece `i` halved, or without it when it is a single sentence (whose
-        tokens stay in the update's normaliser). Partial gradients are dropped."""
-        self.optimizer.zero_grad(set_to_none=True)  # an OOM inside backward leaves some gradients half-added
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        batch, step = pieces[i], self.counters.step + 1
-        if len(batch) > 1:
-            self.counters.oom_splits += 1
-            self.report.warn(f"out of memory at update {step} on a batch of {len(batch)} sentences: "
-                             "split in two and retried")
-            return pieces[:i] + split_batch(batch, self.special.pad) + pieces[i + 1:]
-        self.counters.oom_skipped += 1
-        self.report.warn(f"out of memory at update {step} on one sentence (train example {int(batch.index[0])}, "
-                         f"{batch.n_src_tokens}+{batch.n_tgt_tokens} tokens): skipped")
-        return pieces[:i] + pieces[i + 1:]
+        batch = batch.to(self.device)
+        # DDP all-reduces the gradients once, in the backward of the update's last piece
+        with contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync():
+            with autocast(self.device, self.precision):
+                hidden = module(batch.src, batch.tgt_in, project=False)
+                loss, nll = projected_label_smoothed_loss(hidden, self.model.output_weight, batch.tgt_out,
+                                                          self.cfg.train.label_smoothing, self.special.pad,
+                                                          self.model.output_bias)
+            self.scaler.scale(loss * (self.dist.world / total)).backward()
+        return float(loss.detach()), float(nll.detach())
 
     # ---- validation and checkpoints
     def validate(self) -> bool:
@@ -349,13 +257,8 @@ class Trainer:
             d = self.cfg.decode
             result["bleu"] = greedy_bleu(self.model, self.bleu_sources, self.bleu_references, self.tokenizer,
                                          d.max_tokens, d.max_len_a, d.max_len_b, self.device, amp)
-        name = t.best_by
-        metric = result[name]
-        if c.best is None or (metric > c.best if name == "bleu" else metric < c.best):
-            c.best, c.bad_validations = metric, 0
+        if c.validated(result[t.best_by], higher_is_better=t.best_by == "bleu"):
             self.run_dir.save_best(self.snapshot(with_training=False))
-        else:
-            c.bad_validations += 1
         self.report.valid(c.step, result)
         return t.patience > 0 and c.bad_validations >= t.patience
 
@@ -377,6 +280,16 @@ class Trainer:
         started = time.monotonic()
         self.run_dir.save_checkpoint(state, self.counters.step, self.cfg.train.checkpoints_kept)
         return time.monotonic() - started
+
+    def _finish(self, saved_step: int) -> None:
+        """The last checkpoint (unless this step was just saved), best.pt if validation never wrote one, and
+        averaged.pt."""
+        if saved_step != self.counters.step:  # a local flag: every DDP rank must agree without I/O
+            self.save()
+        if self.dist.main and self.valid_data is not None and not self.run_dir.best.exists():
+            self.run_dir.save_best(self.snapshot(with_training=False))
+        self.average()
+        self.dist.barrier()
 
     def average(self) -> None:
         k = self.cfg.train.average_last

@@ -4,6 +4,7 @@ loss scaler and sampler states, every rank's RNG states and the run's counters."
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -13,7 +14,11 @@ import torch
 from nmt.checkpoint import Checkpoint
 from nmt.datadir import DataDir
 from nmt.errors import NmtError
-from nmt.rundir import experiment_differences
+from nmt.rundir import RunDir, experiment_differences
+
+
+class SkippedUpdate(Exception):
+    """An update whose step was not taken (non-finite gradient, or no sentence fit in memory)."""
 
 
 @dataclass
@@ -27,6 +32,21 @@ class Counters:
     oom_splits: int = 0  # batches split in two after running out of memory
     oom_skipped: int = 0  # single sentences skipped because even they ran out of memory
     elapsed: float = 0.0  # training seconds, summed over resumes (for max_minutes)
+
+    def validated(self, metric: float, higher_is_better: bool) -> bool:
+        """Keep `metric` when it is the best yet (True); otherwise count one more validation without progress."""
+        if self.best is None or (metric > self.best if higher_is_better else metric < self.best):
+            self.best, self.bad_validations = metric, 0
+            return True
+        self.bad_validations += 1
+        return False
+
+    def skipped(self) -> None:
+        self.bad_updates += 1
+        self.skipped_updates += 1
+
+    def stepped(self) -> None:
+        self.bad_updates, self.step = 0, self.step + 1
 
 
 def rng_state() -> dict[str, Any]:
@@ -64,6 +84,28 @@ def training_state(counters: Counters, optimizer: torch.optim.Optimizer, scaler:
         "rng": rng,
         "progress": asdict(counters),
     }
+
+
+def resume_point(run_dir: RunDir, force: bool, main: bool, warn: Callable[[str], None]) -> Checkpoint | None:
+    """The newest intact checkpoint of the run dir, or None to start. When every checkpoint is damaged,
+    starting over would mix new checkpoints with the damaged ones (pruning, averaging): only --force does,
+    and clears the run dir first. Call holding the run dir's lock."""
+    if main:
+        run_dir.remove_partial_writes()  # left by a kill during a save
+    damaged: list[str] = []
+
+    def note(message: str) -> None:
+        damaged.append(message)
+        warn(message)
+
+    state = run_dir.newest_intact(warn=note)
+    if state is None and damaged:
+        if not force:
+            raise NmtError(f"no intact checkpoint in {run_dir}: all {len(damaged)} are damaged "
+                           "(see the warnings above); use --force to start over")
+        if main:
+            run_dir.clear()
+    return state
 
 
 def check_resumable(ckpt: Checkpoint, data: DataDir, cfg: dict[str, Any]) -> None:

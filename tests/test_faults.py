@@ -24,6 +24,7 @@ import pytest
 import torch
 import yaml
 
+import nmt.oom
 import nmt.train as train_mod
 from nmt import checkpoint
 from nmt.errors import CheckpointError, NmtError
@@ -494,18 +495,18 @@ def test_a_poisoned_training_example_is_skipped_every_epoch(demo_data, tmp_path,
     round and never aborts the run, since the updates around it are fine."""
     real = train_mod.projected_label_smoothed_loss
     state = {"batch": None}
-    real_forward_backward = Trainer._forward_backward
+    real_update = Trainer.update
 
-    def remember(self, pieces, total):
-        state["batch"] = pieces
-        return real_forward_backward(self, pieces, total)
+    def remember(self, group):
+        state["batch"] = group
+        return real_update(self, group)
 
     def poisoned(hidden, weight, target, eps, pad=0, bias=None):
         loss, nll = real(hidden, weight, target, eps, pad, bias)
         hit = any(7 in b.index.tolist() for b in state["batch"])
         return (loss * float("inf"), nll) if hit else (loss, nll)
 
-    monkeypatch.setattr(Trainer, "_forward_backward", remember)
+    monkeypatch.setattr(Trainer, "update", remember)
     monkeypatch.setattr(train_mod, "projected_label_smoothed_loss", poisoned)
     run = tmp_path / "run"
     result = run_cli(*train_args(demo_data, run, "train.max_tokens=8192", "train.max_epochs=2",
@@ -526,7 +527,7 @@ class FakeOOM(RuntimeError):
 
 @pytest.fixture
 def fake_oom(monkeypatch):
-    monkeypatch.setattr(train_mod, "OOM_ERRORS", (*train_mod.OOM_ERRORS, FakeOOM))
+    monkeypatch.setattr(nmt.oom, "OOM_ERRORS", (*nmt.oom.OOM_ERRORS, FakeOOM))
 
 
 def captured_gradients(trainer: Trainer, group) -> dict[str, torch.Tensor]:
