@@ -8,6 +8,7 @@ themselves live with the benches and the README, not here.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Any
@@ -92,14 +93,28 @@ def fast_linear(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor |
     return F.linear(x, weight, bias)
 
 
+@functools.cache
+def onednn_bf16() -> bool:
+    """Whether oneDNN computes bf16 products on this CPU: it needs AVX512 (BW, VL, DQ) or AVX-NE-CONVERT,
+    and torch has no check for the latter, so one tiny weight is packed to find out."""
+    if _ONEDNN_PACK is None:
+        return False
+    try:
+        _ONEDNN_PACK(torch.zeros(16, 16, dtype=torch.bfloat16))
+    except RuntimeError:
+        return False
+    return True
+
+
 def pack_weight(weight: Tensor) -> Tensor | None:
     """A float32 or bf16 CPU weight [N, K] reordered once into oneDNN's blocked layout, for inference: with
     the plain layout oneDNN reorders it on every call, which products with few rows (a decoding step: beam
     x sentences) pay most (`python bench/translate.py --unpacked` runs without). A copy, so it takes the
     weight's memory again and does not follow later changes of `weight` (CPULinear re-packs when the
-    weight's version changes). None where oneDNN or its reorder is missing."""
+    weight's version changes). None where oneDNN, its reorder, or (for bf16) its bf16 kernels are missing."""
     if (_ONEDNN_LINEAR is None or _ONEDNN_PACK is None or weight.device.type != "cpu"
-            or weight.dtype not in (torch.float32, torch.bfloat16)):
+            or weight.dtype not in (torch.float32, torch.bfloat16)
+            or (weight.dtype == torch.bfloat16 and not onednn_bf16())):
         return None
     return _ONEDNN_PACK(weight.detach())
 

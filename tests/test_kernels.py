@@ -74,12 +74,28 @@ def test_packed_weights_give_the_same_results_and_follow_weight_changes(monkeypa
 def test_packed_bf16_model_matches_the_plain_bf16_model():
     """A bf16 model (nmt translate --dtype bf16 on CPU) computes with packed bf16 weights at every size."""
 
-    if K._ONEDNN_PACK is None:
-        pytest.skip("this torch build has no oneDNN weight packing")
+    if not K.onednn_bf16():
+        pytest.skip("oneDNN has no bf16 kernels on this CPU (needs AVX512 BW/VL/DQ or AVX-NE-CONVERT)")
     model, packed = make_model(pre_norm=True).bfloat16(), swap_linears(make_model(pre_norm=True).bfloat16(), pack=True)
     assert packed.output.packed is not None and packed.output.packed.dtype == torch.bfloat16
     with torch.no_grad():
         torch.testing.assert_close(packed(SRC, TGT).float(), model(SRC, TGT).float(), atol=0.05, rtol=0.02)
+
+
+def test_a_bf16_model_where_onednn_has_no_bf16_keeps_plain_weights(monkeypatch):
+    """On a CPU without oneDNN's bf16 kernels (AVX2 only), packing a bf16 weight would raise: the model keeps
+    its plain weights and computes with F.linear instead."""
+    K.onednn_bf16.cache_clear()
+    monkeypatch.setattr(K, "_ONEDNN_PACK", lambda w: (_ for _ in ()).throw(RuntimeError("bf16 path needs avx512bw")))
+    try:
+        assert not K.onednn_bf16()
+        assert K.pack_weight(torch.zeros(4, 4, dtype=torch.bfloat16)) is None
+        model, plain = make_model().bfloat16(), swap_linears(make_model().bfloat16(), pack=True)
+        assert plain.output.packed is None
+        with torch.no_grad():
+            torch.testing.assert_close(plain(SRC, TGT), model(SRC, TGT), atol=0, rtol=0)
+    finally:
+        K.onednn_bf16.cache_clear()
 
 
 def test_bf16_attention_over_short_sequences_is_written_out_and_agrees_with_sdpa(monkeypatch):
