@@ -1,5 +1,6 @@
 """The package's shape: every module imports in a fresh interpreter, there is no import cycle, and
-dependencies point one way: cli -> commands -> core. Imports inside functions count too."""
+dependencies point one way: cli -> commands -> core. Imports inside functions count too. A subpackage is
+its top-level name's: the modules of nmt/serve/ are the command `serve` (free to import each other)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ import sys
 from pathlib import Path
 
 NMT = Path(__file__).resolve().parents[1] / "nmt"
-MODULES = sorted(p.stem for p in NMT.glob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    """nmt/serve/app.py -> "serve.app"; a subpackage's __init__ is the package (nmt/serve/__init__.py -> "serve")."""
+    parts = path.relative_to(NMT).with_suffix("").parts
+    return ".".join(parts[:-1] if len(parts) > 1 and parts[-1] == "__init__" else parts)
+
+
+FILES = {module_name(p): p for p in sorted(NMT.rglob("*.py"))}
+MODULES = sorted(FILES)
 CLI = {"cli", "__main__"}
 COMMANDS = {"prepare", "train", "translate", "info", "marian", "serve"}  # orchestrate the core, never each other
 # the core of the core: they know nothing of files, configs or tokenizers (nmt modules they may import):
@@ -17,19 +27,34 @@ COMMANDS = {"prepare", "train", "translate", "info", "marian", "serve"}  # orche
 TORCH_ONLY = {"model": {"kernels", "cache"}, "cache": set(), "kernels": set(), "search": {"kernels"}}
 
 
+def top(module: str) -> str:
+    """The top-level name a module belongs to: "serve.app" -> "serve"."""
+    return module.split(".")[0]
+
+
 def imports(module: str) -> set[str]:
-    """The nmt modules `module` imports, anywhere in its source."""
-    tree = ast.parse((NMT / f"{module}.py").read_text(encoding="utf-8"))
+    """The nmt modules `module` imports, anywhere in its source (relative imports resolved)."""
+    path = FILES[module]
+    package = module if path.name == "__init__.py" and path.parent != NMT else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("nmt.")}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "nmt":
-                found |= {a.name for a in node.names if a.name in MODULES}
-            elif node.module.startswith("nmt."):
-                found.add(node.module.split(".")[1])
-    return found - {module}
+            found |= {a.name.removeprefix("nmt.") for a in node.names if a.name.startswith("nmt.")}
+            continue
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:  # relative: from the module's package, one level up per extra dot
+            parts = package.split(".") if package else []
+            base = ".".join([*parts[:len(parts) - (node.level - 1)], *([node.module] if node.module else [])])
+        elif node.module and (node.module == "nmt" or node.module.startswith("nmt.")):
+            base = node.module.removeprefix("nmt").removeprefix(".")
+        else:
+            continue
+        for a in node.names:  # `from nmt.serve import app` imports the module nmt.serve.app
+            name = f"{base}.{a.name}" if base else a.name
+            found.add(name if name in FILES else base)
+    return found - {module, ""}  # "": a name of nmt/__init__.py (nmt.__version__)
 
 
 GRAPH = {m: imports(m) for m in MODULES}
@@ -63,15 +88,16 @@ def test_dependencies_point_from_cli_to_commands_to_core():
     for m, deps in GRAPH.items():
         if m in CLI:
             continue
-        assert not deps & CLI, f"{m} imports the CLI"
-        if m in COMMANDS:
-            others = deps & COMMANDS
+        outside = {top(d) for d in deps} - {top(m)}  # what it imports beyond its own package
+        assert not outside & CLI, f"{m} imports the CLI"
+        if top(m) in COMMANDS:
+            others = outside & COMMANDS
             assert not others, f"command {m} imports command(s) {others}"
         else:
-            assert not deps & COMMANDS, f"core module {m} imports command(s) {deps & COMMANDS}"
+            assert not outside & COMMANDS, f"core module {m} imports command(s) {outside & COMMANDS}"
     for m, allowed in TORCH_ONLY.items():
         assert GRAPH[m] <= allowed, f"{m} imports {GRAPH[m] - allowed}"
-    assert GRAPH["cli"] >= COMMANDS  # the CLI reaches every command
+    assert {top(d) for d in GRAPH["cli"]} >= COMMANDS  # the CLI reaches every command
 
 
 def test_the_graph_sees_function_level_imports():
