@@ -155,7 +155,7 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 5000  # LibreTranslate's port
     batching: bool = True  # false: one request at a time (for comparison; the OpenNMT-py server's way)
-    max_delay_ms: float = 20.0  # longest the free model waits for the clients it just answered (see nmt.batcher)
+    max_delay_ms: float = 20.0  # longest the free model waits for the clients it just answered (see nmt.serve.batcher)
     max_body_bytes: int = 1_000_000  # request body (413 above)
     max_sentences: int = 128  # sentences (lines) per request (400 above)
     max_chars: int = 2000  # characters per sentence (400 above)

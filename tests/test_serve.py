@@ -20,10 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from nmt.batcher import Batcher, Closed
 from nmt.config import Config, load_config
 from nmt.demo import write_demo
 from nmt.errors import ConfigError
+from nmt.serve.batcher import Batcher, Closed
 
 from .conftest import assert_one_line_error, nmt_process, run_cli
 

@@ -5,7 +5,7 @@
   (503 until the model is loaded), `GET /v1/info`.
 
 The model loads on its own thread while the server already answers /health; that thread then does all
-inference (nmt.batcher), the asyncio side only validates, queues and awaits. Every error is a JSON body
+inference (nmt.serve.batcher), the asyncio side only validates, queues and awaits. Every error is a JSON body
 {"error": one line}, limit errors also name the config key; uvicorn's graceful shutdown on SIGTERM/Ctrl-C
 lets in-flight requests finish, and the command exits 0. Nothing is ever written: the checkpoint is read once.
 """
@@ -31,12 +31,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-from nmt.batcher import Batcher, Closed
 from nmt.config import Config, ServeConfig
 from nmt.device import keep_freed_memory
 from nmt.errors import NmtError, first_line
 from nmt.log import console
 from nmt.rundir import checkpoint_to_translate
+from nmt.serve.batcher import Batcher, Closed
 from nmt.translator import ModelOptions, Translation, Translator
 
 INSTALL_HINT = "serving needs FastAPI and uvicorn: pip install 'nmt[serve]'"
