@@ -328,13 +328,13 @@ def serve(
     are those the checkpoint was trained with; --set decode.KEY=VALUE overrides them. Stops on Ctrl-C or
     SIGTERM after answering the requests in flight.
     """
-    from nmt import serve as command
+    from nmt.serve import ServeOptions, run  # run: FastAPI, or the error line naming the serve extra
 
     settings = _settings(overrides, **{"serve.host": host, "serve.port": port})
-    opts = command.ServeOptions(checkpoint=checkpoint, device=device, dtype=dtype, threads=threads, quantize=quantize,
-                                api_key=api_key, access_log=access_log, config_given=config is not None,
-                                decode_overrides=settings)
-    command.run(_config(config, settings), opts)
+    opts = ServeOptions(checkpoint=checkpoint, device=device, dtype=dtype, threads=threads, quantize=quantize,
+                        api_key=api_key, access_log=access_log, config_given=config is not None,
+                        decode_overrides=settings)
+    run(_config(config, settings), opts)
 
 
 def main(args: list[str] | None = None) -> None:

@@ -178,13 +178,13 @@ def test_serve_config_keys_are_checked():
 def test_health_is_503_until_the_model_is_loaded():
     from fastapi.testclient import TestClient
 
-    from nmt.serve import ServeOptions, Service, create_app, load_model
+    from nmt.serve import ServeOptions, Service, create_app, open_model
 
     release = threading.Event()
 
     def slow_load():
         assert release.wait(60)
-        return load_model(CHECKPOINT, Config(), ServeOptions(dtype="fp32", config_given=False))
+        return open_model(CHECKPOINT, Config(), ServeOptions(dtype="fp32", config_given=False))
 
     limits = Config().serve
     service = Service(slow_load, limits)
@@ -206,13 +206,13 @@ def test_health_is_503_until_the_model_is_loaded():
 def test_a_failing_batch_is_a_json_500_and_the_server_lives_on():
     from fastapi.testclient import TestClient
 
-    from nmt.serve import ServeOptions, Service, create_app, load_model
+    from nmt.serve import ServeOptions, Service, create_app, open_model
 
     def broken(lines, **kwargs):
         raise RuntimeError("out of memory\n(details)")
 
     def load():
-        model = load_model(CHECKPOINT, Config(), ServeOptions(dtype="fp32", config_given=False))
+        model = open_model(CHECKPOINT, Config(), ServeOptions(dtype="fp32", config_given=False))
         model.translator.translate_chunk = broken
         return model
 

@@ -1,0 +1,34 @@
+"""The HTTP app of `nmt serve`: one Service behind the native API and the LibreTranslate dialect, errors as
+JSON. Its lifespan starts the model thread and, once uvicorn has answered the requests in flight, stops it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from nmt.config import ServeConfig
+from nmt.serve import libretranslate
+from nmt.serve.errors import add_error_handling
+from nmt.serve.native import Api
+from nmt.serve.web import FastAPI
+from nmt.serve.worker import Service
+
+
+def create_app(service: Service, limits: ServeConfig, api_key: str | None = None) -> FastAPI:
+    api = Api(service, limits, api_key)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        service.start()
+        yield
+        await asyncio.to_thread(service.stop)  # in-flight requests are answered by now: uvicorn waited for them
+
+    app = FastAPI(title="nmt serve", summary="Transformer translation with dynamic batching", lifespan=lifespan)
+    add_error_handling(app, limits.max_body_bytes)
+    app.get("/health", summary="200 once the model is loaded, 503 before")(api.health)
+    app.get("/v1/info", summary="Model, languages, decode settings, limits")(api.info)
+    app.post("/v1/translate", summary="Translate sentences with per-request beam / n-best / scores")(api.native)
+    libretranslate.add_routes(app, api)
+    return app
+

@@ -1,0 +1,108 @@
+"""The LibreTranslate dialect of `nmt serve`: `POST /translate` and `GET /languages` as LibreTranslate answers
+them, so that its clients work unchanged. Its requests come as JSON or as forms; they go through the native
+API's checks and queue (nmt.serve.native.Api)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nmt.errors import first_line
+from nmt.serve.errors import ApiError, validation_message
+from nmt.serve.native import Api
+from nmt.serve.web import BaseModel, FastAPI, Field, HTTPException, JSONResponse, Request, ValidationError
+
+
+class LibreRequest(BaseModel):
+    """LibreTranslate's /translate parameters (other fields are ignored, as LibreTranslate does)."""
+
+    q: str | list[str]
+    source: str = "auto"
+    target: str | None = None
+    format: str = "text"
+    api_key: str | None = None
+    alternatives: int = Field(0, ge=0)
+
+
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "en": "English", "es": "Spanish",
+    "fi": "Finnish", "fr": "French", "hi": "Hindi", "hu": "Hungarian", "it": "Italian", "ja": "Japanese",
+    "ko": "Korean", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian",
+    "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
+}
+
+
+def add_routes(app: FastAPI, api: Api) -> None:
+    """GET /languages and POST /translate over `api` (the handlers' names are the OpenAPI operation names)."""
+
+    async def languages() -> JSONResponse:
+        src, tgt = api.model().langs
+        return JSONResponse([{"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": targets}
+                             for code, targets in ((src, [tgt]), (tgt, []))])
+
+    async def libre(request: Request) -> JSONResponse:
+        return await translate(api, request)
+
+    app.get("/languages", summary="LibreTranslate: the languages this model translates")(languages)
+    app.post("/translate", summary="LibreTranslate: q (string or list), source, target, format=text; JSON or form",
+             openapi_extra={"requestBody": {"content": {"application/json": {
+                 "schema": LibreRequest.model_json_schema()}}}})(libre)
+
+
+async def translate(api: Api, request: Request) -> JSONResponse:
+    """POST /translate: each line of each text is one model sentence; `alternatives` are n-best 2, 3, ..."""
+    body = await _form_or_json(request)
+    try:
+        req = LibreRequest.model_validate(body)
+    except ValidationError as e:
+        raise ApiError(400, f"Invalid request: {validation_message(e.errors())}") from None
+    src, tgt = api.model().langs
+    api.authorize(request, req.api_key)
+    if req.source.lower() not in ("auto", src):
+        raise ApiError(400, f"source language '{req.source}' is not available: this model translates {src}->{tgt}")
+    if req.target is not None and req.target.lower() != tgt:
+        raise ApiError(400, f"target language '{req.target}' is not available: this model translates {src}->{tgt}")
+    if req.format != "text":
+        raise ApiError(400, f"format '{req.format}' is not supported: this server translates plain text ('text')")
+    texts = [req.q] if isinstance(req.q, str) else req.q
+    lines = [text.replace("\r\n", "\n").split("\n") for text in texts]  # one model sentence per line
+    flat = [line for item in lines for line in item]
+    api.check_sentences(flat)
+    k = req.alternatives
+    if k >= api.limits.max_beam:
+        raise ApiError(400, f"alternatives {k} is over the limit serve.max_beam - 1 = {api.limits.max_beam - 1}",
+                       "serve.max_beam")
+    beam = api.model().translator.decode.beam
+    search = api.search(None if k < beam else k + 1, k + 1)  # LibreTranslate's alternatives: n-best 2, 3, ...
+    results = iter(await api.translate(request, flat, search))
+    per_text = [[next(results) for _ in item] for item in lines]
+    best = ["\n".join(r.text[0] for r in rs) for rs in per_text]
+    answer: dict[str, Any] = {"translatedText": best[0] if isinstance(req.q, str) else best}
+    if k:
+        alts = [["\n".join(r.text[i] if i < len(r.text) else r.text[0] for r in rs) for i in range(1, k + 1)]
+                for rs in per_text]
+        answer["alternatives"] = alts[0] if isinstance(req.q, str) else alts
+    return JSONResponse(answer)
+
+
+async def _form_or_json(request: Request) -> dict[str, Any]:
+    """The body as a dict: JSON, or a form (urlencoded or multipart), as LibreTranslate accepts both."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    try:
+        if kind == "application/json" or kind.endswith("+json"):
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise ApiError(400, "Invalid request: the JSON body must be an object")
+            return body
+        if kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            form = await request.form()
+            values = {k: [v for v in form.getlist(k) if isinstance(v, str)] for k in form}  # uploaded files: ignored
+            return {k: v[0] if len(v) == 1 else v for k, v in values.items() if v}
+    except HTTPException:
+        raise
+    except ValueError as e:  # JSON (or its UTF-8) that does not parse
+        raise ApiError(400, f"malformed JSON body: {first_line(e)}") from None
+    except Exception as e:  # multipart parser errors differ between versions
+        raise ApiError(400, f"malformed form body: {first_line(e)}") from None
+    if not kind and not await request.body():
+        return {}
+    raise ApiError(415, f"unsupported content type '{kind}': send JSON or a form")

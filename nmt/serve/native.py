@@ -1,0 +1,155 @@
+"""`nmt serve`'s own API over one Service: GET /health (503 until the model is loaded), GET /v1/info, and
+POST /v1/translate (a list of sentences, per-request beam / n-best / scores). `Api` also holds what every
+translation endpoint does, the LibreTranslate dialect's too: check the key and the limits, choose the search
+settings, queue the sentences and await them (dropping those not yet started when the client leaves)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hmac
+import logging
+from concurrent.futures import Future
+from typing import Any
+
+from nmt.config import ServeConfig
+from nmt.errors import first_line
+from nmt.serve.batcher import Closed
+from nmt.serve.errors import ApiError
+from nmt.serve.web import BaseModel, ConfigDict, Field, HTTPException, JSONResponse, Request
+from nmt.serve.worker import Model, Search, Service
+from nmt.translator import Translation
+
+
+class NativeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt option is an error, not silently ignored
+
+    sentences: list[str] = Field(description="One sentence (line) each; answers come back in the same order.")
+    beam: int | None = Field(None, ge=1, description="Beam size (1 = greedy); default: the server's.")
+    nbest: int | None = Field(None, ge=1, description="Also return the N best hypotheses of each sentence.")
+    scores: bool = Field(False, description="Add score (log-prob / length penalty) and logprob.")
+    api_key: str | None = None
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client goes away (the body is read by now, so the next message can only be that)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _results(request: Request, futures: list[Future]) -> list[Any]:
+    """Await the sentences' results, or cancel what has not started once the client has left."""
+    gathered = asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({gathered, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not gathered.done():
+        gathered.cancel()  # reaches the queued futures: the model thread drops them
+        raise ApiError(499, "client closed the request")
+    return gathered.result()
+
+
+class Api:
+    """The endpoints over one Service; checks limits and keys, queues sentences, shapes the answers."""
+
+    def __init__(self, service: Service, limits: ServeConfig, api_key: str | None):
+        self.service, self.limits, self.api_key = service, limits, api_key
+        self.requests = 0  # translation requests being answered (event-loop thread only)
+
+    # ---- checks
+    def model(self) -> Model:
+        if self.service.model is None:
+            raise ApiError(503, "the model is still loading (GET /health says when it is ready)")
+        return self.service.model
+
+    def authorize(self, request: Request, key: str | None) -> None:
+        if self.api_key is None:
+            return
+        header = request.headers.get("authorization", "")
+        given = key if key is not None else header.removeprefix("Bearer ").strip() if header else None
+        if given is None or not hmac.compare_digest(given.encode(), self.api_key.encode()):
+            raise ApiError(403, "invalid or missing API key (api_key field or 'Authorization: Bearer KEY' header)")
+
+    def check_sentences(self, lines: list[str]) -> None:
+        n, limit = len(lines), self.limits
+        if n > limit.max_sentences:
+            raise ApiError(400, f"{n} sentences in one request, over the limit serve.max_sentences="
+                                f"{limit.max_sentences}", "serve.max_sentences")
+        for i, line in enumerate(lines, 1):
+            if len(line) > limit.max_chars:
+                raise ApiError(400, f"sentence {i} has {len(line)} characters, over the limit serve.max_chars="
+                                    f"{limit.max_chars}", "serve.max_chars")
+
+    def search(self, beam: int | None, nbest: int | None) -> Search:
+        """The request's search settings (the server's where it asks for none), within serve.max_beam."""
+        decode, limit = self.model().translator.decode, self.limits.max_beam
+        for name, value in (("beam", beam), ("nbest", nbest)):
+            if value is not None and value > limit:
+                raise ApiError(400, f"{name} {value} is over the limit serve.max_beam={limit}", "serve.max_beam")
+        beam = decode.beam if beam is None else beam
+        nbest = min(decode.nbest, beam) if nbest is None else nbest
+        if nbest > beam:
+            raise ApiError(422, f"nbest must be between 1 and the beam size ({beam}), got {nbest}")
+        return Search(beam, nbest)
+
+    async def translate(self, request: Request, lines: list[str], search: Search) -> list[Translation]:
+        try:
+            futures = self.service.batcher.submit(lines, search)
+        except Closed as e:
+            raise ApiError(503, str(e)) from None
+        self.requests += 1
+        try:
+            return await _results(request, futures)
+        except HTTPException:
+            raise
+        except Exception as e:  # the model failed on this batch: the operator gets the traceback, the client a line
+            logging.getLogger("uvicorn.error").error("translation failed", exc_info=e)
+            raise ApiError(500, f"translation failed: {first_line(e)}") from None
+        finally:
+            self.requests -= 1
+
+    # ---- endpoints
+    async def health(self) -> JSONResponse:  # async: FastAPI would run a plain def on a worker thread
+        if self.service.error is not None:
+            return JSONResponse({"status": "failed", "error": self.service.error}, status_code=503)
+        batcher = self.service.batcher
+        if batcher is None:
+            return JSONResponse({"status": "loading"}, status_code=503)
+        return JSONResponse({"status": "ready", "requests": self.requests, "queued": batcher.queued,
+                             "batches": batcher.batches, "sentences": batcher.sentences})
+
+    async def info(self) -> JSONResponse:
+        m = self.model()
+        t = m.translator
+        return JSONResponse({
+            "model": {"checkpoint": m.checkpoint.name, "architecture": m.config.get("model"), "vocab": m.vocab},
+            "languages": {"source": m.langs[0], "target": m.langs[1]},
+            "decode": dataclasses.asdict(t.decode),
+            "device": str(t.device), "dtype": t.dtype, "quantize": t.quantize,
+            "serve": {k: v for k, v in dataclasses.asdict(self.limits).items() if k not in ("host", "port")},
+        })
+
+    async def native(self, request: Request, body: NativeRequest) -> JSONResponse:
+        self.model()
+        self.authorize(request, body.api_key)
+        for i, s in enumerate(body.sentences, 1):
+            if "\n" in s or "\r" in s:
+                raise ApiError(422, f"sentence {i} holds a line break: send each line as its own sentence")
+        self.check_sentences(body.sentences)
+        search = self.search(body.beam, body.nbest)
+        results = await self.translate(request, body.sentences, search)
+        return JSONResponse({"translations": [_native_answer(r, search.nbest, body.scores) for r in results]})
+
+
+def _native_answer(r: Translation, nbest: int, scores: bool) -> dict[str, Any]:
+    """{"text"} (+ "score", "logprob" with scores; + "nbest": [{"text", "score"(, "logprob")}] for n-best > 1):
+    the numbers `nmt translate --scores / --nbest` prints."""
+    rows = [(text, h.score, h.logprob) for h, text in zip(r.hypotheses, r.text)] or [("", 0.0, 0.0)]
+    answer: dict[str, Any] = {"text": rows[0][0]}
+    if scores:
+        answer.update(score=rows[0][1], logprob=rows[0][2])
+    if nbest > 1:
+        answer["nbest"] = [{"text": t, "score": s, **({"logprob": lp} if scores else {})} for t, s, lp in rows]
+    return answer

@@ -1,0 +1,101 @@
+"""The `nmt serve` process: listen, run uvicorn until SIGTERM / Ctrl-C, exit 0. uvicorn's graceful shutdown lets
+the requests in flight finish; start-up problems (no checkpoint, a busy port, a model that fails to load) are
+one error line. Nothing is ever written: the checkpoint is read once."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+from nmt.config import Config
+from nmt.device import keep_freed_memory
+from nmt.errors import NmtError, first_line
+from nmt.log import console
+from nmt.rundir import checkpoint_to_translate
+from nmt.serve.app import create_app
+from nmt.serve.web import uvicorn
+from nmt.serve.worker import ServeOptions, Service, open_model
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """Bind before starting uvicorn, so that a busy port is one error line (uvicorn would sys.exit). The socket
+    states its protocol (TCP, from getaddrinfo): asyncio turns Nagle's algorithm off only on connections of such
+    sockets, and with it on every small answer waited ~40 ms for the client's delayed ACK."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as e:
+        raise NmtError(f"cannot listen on {host}:{port}: {e.strerror or first_line(e)}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        raise NmtError(f"cannot listen on {host}:{port}: {e.strerror or first_line(e)}") from None
+    return sock
+
+
+@contextlib.contextmanager
+def _exit_zero_on_signals() -> Iterator[None]:
+    """uvicorn answers SIGINT/SIGTERM with a graceful shutdown and then raises the signal again for the handler
+    it found (default SIGTERM: death by signal; SIGINT: KeyboardInterrupt). Stopping is how a server ends, so the
+    handler it finds here does nothing and `nmt serve` exits 0."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _log_config() -> dict[str, Any]:
+    """uvicorn's logging with the access log on stderr too: stdout carries no logs in any nmt command."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["handlers"]["access"]["stream"] = "ext://sys.stderr"
+    return config
+
+
+def _stop_once_started(server: Any, wait: float = 60.0) -> None:
+    """Make uvicorn stop (its loop checks should_exit every 0.1 s), but not before it has started: older uvicorn
+    (0.30) skips the lifespan shutdown of a server told to stop while starting, and logs a CancelledError."""
+    deadline = time.monotonic() + wait
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    server.should_exit = True
+
+
+def run(cfg: Config, opts: ServeOptions) -> None:
+    """The `nmt serve` command: returns when the server was stopped (SIGTERM / Ctrl-C)."""
+    keep_freed_memory()
+    ckpt = checkpoint_to_translate(opts.checkpoint, cfg.train.run_dir, opts.config_given)
+    if not ckpt.is_file():
+        raise NmtError(f"checkpoint not found: {ckpt}")
+    sock = _listen(cfg.serve.host, cfg.serve.port)
+    service = Service(partial(open_model, ckpt, cfg, opts), cfg.serve, opts.threads)
+    app = create_app(service, cfg.serve, opts.api_key)
+    server = uvicorn.Server(uvicorn.Config(
+        app, log_config=_log_config(), access_log=opts.access_log, lifespan="on",
+        timeout_graceful_shutdown=cfg.serve.shutdown_timeout))
+    service.on_failure = partial(_stop_once_started, server)
+    host, port = sock.getsockname()[:2]
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    console.print(f"serving {ckpt} on {url} (loading the model; GET /health answers 200 once it is ready)")
+    with _exit_zero_on_signals():
+        server.run(sockets=[sock])
+    if service.error is not None:
+        raise NmtError(service.error)
+    if not server.started:
+        raise NmtError("the server did not start (see the log above)")
+    console.print("stopped")

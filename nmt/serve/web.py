@@ -1,0 +1,22 @@
+"""The serve extra (FastAPI, uvicorn, pydantic, python-multipart), imported here and nowhere else: every HTTP
+module of `nmt serve` takes its names from this one, so that without the extra `nmt serve` is one error line
+naming it (like plotting without matplotlib), whichever module is imported first."""
+
+from __future__ import annotations
+
+from nmt.errors import NmtError
+
+INSTALL_HINT = "serving needs FastAPI and uvicorn: pip install 'nmt[serve]'"
+try:
+    import python_multipart  # noqa: F401  (form bodies, as LibreTranslate clients send them)
+    import uvicorn
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from pydantic import BaseModel, ConfigDict, Field, ValidationError
+    from starlette.exceptions import HTTPException
+except ImportError as e:
+    raise NmtError(f"{INSTALL_HINT} ({e.name} is missing)") from None
+
+__all__ = ["BaseModel", "ConfigDict", "FastAPI", "Field", "HTTPException", "JSONResponse", "Request",
+           "RequestValidationError", "ValidationError", "uvicorn"]

@@ -1,0 +1,108 @@
+"""The model side of `nmt serve`: one thread loads the model (while the server already answers /health), then
+does all inference there, the batches nmt.serve.batcher forms; the asyncio side only validates, queues and awaits.
+Needs no FastAPI."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+from nmt.config import Config, ServeConfig
+from nmt.errors import NmtError, first_line
+from nmt.log import console
+from nmt.serve.batcher import Batcher
+from nmt.translator import ModelOptions, Translation, Translator
+
+
+@dataclass
+class ServeOptions(ModelOptions):
+    api_key: str | None = None
+    access_log: bool = True
+
+
+class Search(NamedTuple):
+    """What a batch shares: sentences that ask for other search settings go into other batches."""
+
+    beam: int
+    nbest: int
+
+
+@dataclass
+class Model:
+    """What the model thread loaded."""
+
+    translator: Translator
+    checkpoint: Path
+    langs: tuple[str, str]
+    config: dict[str, Any]  # the config the checkpoint was trained with
+    vocab: dict[str, int]
+
+
+def open_model(ckpt: Path, cfg: Config, opts: ServeOptions) -> Model:
+    """The Translator of `ckpt` and what /v1/info and /languages tell about it."""
+    translator = Translator.load(ckpt, cfg, opts)
+    saved = translator.trained_config
+    data = {"src_lang": cfg.data.src_lang, "tgt_lang": cfg.data.tgt_lang, **(saved.get("data") or {})}
+    src, tgt = translator.langs or (data["src_lang"], data["tgt_lang"])
+    vocab = dict(zip(("src", "tgt"), translator.vocab_sizes))
+    return Model(translator, ckpt, (str(src), str(tgt)), saved, vocab)
+
+
+class Service:
+    """The model side: loads the model on its own thread, then runs the batcher there until stopped."""
+
+    def __init__(self, load: Callable[[], Model], limits: ServeConfig, threads: int = 0):
+        self._load, self.limits, self._threads = load, limits, threads
+        self.model: Model | None = None
+        self.batcher: Batcher | None = None
+        self.error: str | None = None
+        self.on_failure: Callable[[], None] = lambda: None
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._main, name="nmt-model", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Finish what is queued and end the model thread (a load still running is abandoned: daemon)."""
+        with self._lock:
+            self._stopped = True
+            batcher = self.batcher
+        if batcher is not None:
+            batcher.close()
+            self._thread.join(self.limits.shutdown_timeout)
+
+    def _main(self) -> None:
+        if self._threads > 0:
+            torch.set_num_threads(self._threads)
+        try:
+            model = self._load()
+        except Exception as e:  # the server cannot serve: say why and make it exit
+            self.error = str(e) if isinstance(e, NmtError) else f"loading the model failed: {first_line(e)}"
+            self.on_failure()
+            return
+        t = model.translator
+        batcher = Batcher(self._translate, self._cost, max_cost=t.decode.max_tokens,
+                          max_delay=self.limits.max_delay_ms / 1000, batching=self.limits.batching)
+        with self._lock:
+            if self._stopped:
+                return
+            self.batcher = batcher  # first: the endpoints take a model that is set as ready to take work
+            self.model = model
+        console.print(f"ready: {'->'.join(model.langs)} on {t.device} in {t.precision}")
+        batcher.serve_forever()
+
+    def _cost(self, text: str) -> int:
+        """Source tokens (EOS included), as the decode token budget counts them."""
+        assert self.model is not None
+        return len(self.model.translator.tokenizer.encode_src([text])[0]) + 1
+
+    def _translate(self, search: Search, lines: list[str]) -> list[Translation]:
+        assert self.model is not None
+        return self.model.translator.translate_chunk(lines, beam=search.beam, nbest=search.nbest)
