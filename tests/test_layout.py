@@ -1,6 +1,7 @@
-"""The package's shape: every module imports in a fresh interpreter, there is no import cycle, and
-dependencies point one way: cli -> commands -> core. Imports inside functions count too. A subpackage is
-its top-level name's: the modules of nmt/serve/ are the command `serve` (free to import each other)."""
+"""The package's shape: every module imports in a fresh interpreter (all but serve's HTTP side without the
+serve extra), there is no import cycle, dependencies point one way: cli -> commands -> core, and no file is
+too long. Imports inside functions count too. A subpackage is its top-level name's: the modules of nmt/serve/
+are the command `serve` (free to import each other)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ COMMANDS = {"prepare", "train", "translate", "info", "marian", "serve"}  # orche
 # the core of the core: they know nothing of files, configs or tokenizers (nmt modules they may import):
 # the model imports only the kernels and the cache
 TORCH_ONLY = {"model": {"kernels", "cache"}, "cache": set(), "kernels": set(), "search": {"kernels"}}
+MAX_LINES = 400  # a longer module holds more than one concept
+MAX_LINES_IN = {"serve": 250}  # a package's files: one concern each
+# without the serve extra (FastAPI, uvicorn) everything imports but the HTTP side of serve
+NEEDS_NO_EXTRA = {"serve", "serve.batcher", "serve.worker"}
 
 
 def top(module: str) -> str:
@@ -67,6 +72,21 @@ def test_every_module_imports_in_a_fresh_interpreter():
     assert proc.returncode == 0, proc.stderr
 
 
+def test_only_the_http_side_of_serve_needs_the_serve_extra():
+    free = [m for m in MODULES if top(m) != "serve" or m in NEEDS_NO_EXTRA]
+    code = ("import importlib, sys\nsys.modules.update(fastapi=None, uvicorn=None)\n"
+            "for m in sys.argv[1:]:\n    importlib.import_module('nmt.' + m)\n")
+    proc = subprocess.run([sys.executable, "-c", code, *free], capture_output=True, text=True, timeout=300,
+                          cwd=NMT.parent)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_no_file_is_too_long():
+    for m, path in FILES.items():
+        n, limit = len(path.read_text(encoding="utf-8").splitlines()), MAX_LINES_IN.get(top(m), MAX_LINES)
+        assert n <= limit, f"{path.relative_to(NMT.parent)} has {n} lines, over {limit}: split it"
+
+
 def test_no_import_cycle():
     done: set[str] = set()
 
@@ -102,3 +122,9 @@ def test_dependencies_point_from_cli_to_commands_to_core():
 
 def test_the_graph_sees_function_level_imports():
     assert "plot" in GRAPH["translate"]  # imported inside functions only (matplotlib is optional)
+
+
+def test_the_graph_sees_the_modules_of_packages():
+    assert {"serve", "serve.batcher", "serve.worker", "serve.runner"} <= set(MODULES)
+    assert GRAPH["serve.worker"] >= {"serve.batcher", "translator"}
+    assert "serve" in GRAPH["cli"]  # `from nmt.serve import run`
