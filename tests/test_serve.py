@@ -72,12 +72,15 @@ def test_batcher_takes_what_waits_with_one_search_setting_as_one_batch_and_answe
         b.submit(["late"], "beam4")
 
 
-def test_batcher_keeps_to_the_token_budget_and_an_oversized_sentence_goes_alone():
+def test_batcher_keeps_to_the_padded_token_budget_and_an_oversized_sentence_goes_alone():
+    """The budget counts as decode.max_tokens does, rows x the longest sentence: a batch taken is one batch of
+    the translator, and one long sentence does not take short ones along (as an unpadded sum would: a+aaa+b)."""
     b, batches = recording_batcher(max_cost=5)
-    futures = b.submit(["aaa", "bbb", "cc", "toolongforone"], "x")
+    futures = b.submit(["a", "aaa", "b", "toolongforone", "cc"], "x")
     drain(b)
-    assert batches == [("x", ["aaa", "cc"]), ("x", ["bbb"]), ("x", ["toolongforone"])]
-    assert [f.result() for f in futures] == ["x:aaa", "x:bbb", "x:cc", "x:toolongforone"]  # order kept
+    assert batches == [("x", ["a", "b"]), ("x", ["aaa"]), ("x", ["toolongforone"]), ("x", ["cc"])]
+    assert all(len(texts) * max(map(len, texts)) <= 5 for _, texts in batches if len(texts) > 1)
+    assert [f.result() for f in futures] == ["x:a", "x:aaa", "x:b", "x:toolongforone", "x:cc"]  # order kept
 
 
 def test_batcher_without_batching_runs_one_request_at_a_time():
@@ -547,9 +550,11 @@ def test_a_stop_signal_answers_every_request_in_flight_and_exits_0(tmp_path, lin
     before = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in run_dir.iterdir()}
     requests = 5
     answers: dict[int, list[str]] = {}
-    with serving(tmp_path, "--set", "serve.max_delay_ms=2000", checkpoint=run_dir / "averaged.pt") as s:
-        # 110 sentences answered at once: the free model then waits (2 s at most) for 110 to come back, so the
-        # 100 sentences of the requests below are all still queued when the signal comes
+    with serving(tmp_path, "--set", "serve.max_delay_ms=2000", "--set", "decode.max_tokens=65536",
+                 checkpoint=run_dir / "averaged.pt") as s:
+        # 110 sentences answered at once: the free model then waits (2 s at most) for 110 to come back, or for
+        # a full budget (set above what 100 sentences pad to), so the 100 sentences of the requests below are
+        # all still queued when the signal comes
         primer = httpx.post(f"{s.url}/v1/translate", json={"sentences": lines + lines[:5]}, timeout=120)
         assert primer.status_code == 200
 

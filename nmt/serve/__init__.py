@@ -8,7 +8,7 @@ The modules, from the model up:
 - batcher: the queue; one model thread takes what waits as batches (serve only; nmt.batching is training's);
 - worker: the model thread (`Service`) and what it loads (`open_model` -> a `Model` record);
 - web: the serve extra's imports (FastAPI, uvicorn): without it, one error line names the extra;
-- errors: every error a JSON body {"error": one line}, limit errors also naming the config key;
+- http_errors: every error a JSON body {"error": one line}, limit errors also naming the config key;
 - native: the native API (`Api`: the checks and queue every endpoint shares);
 - libretranslate: the LibreTranslate dialect over it;
 - app: `create_app`, the HTTP app over one Service;
@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nmt.serve.app import create_app
-    from nmt.serve.errors import ApiError
+    from nmt.serve.http_errors import ApiError
     from nmt.serve.native import Api
     from nmt.serve.runner import run
     from nmt.serve.worker import Model, Search, ServeOptions, Service, open_model
 
 _HOMES = {"ServeOptions": "worker", "Search": "worker", "Model": "worker", "open_model": "worker",
-          "Service": "worker", "ApiError": "errors", "Api": "native", "create_app": "app", "run": "runner"}
+          "Service": "worker", "ApiError": "http_errors", "Api": "native", "create_app": "app", "run": "runner"}
 __all__ = ["Api", "ApiError", "Model", "Search", "ServeOptions", "Service", "create_app", "open_model", "run"]
 
 

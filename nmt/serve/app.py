@@ -9,7 +9,7 @@ from typing import Any
 
 from nmt.config import ServeConfig
 from nmt.serve import libretranslate
-from nmt.serve.errors import add_error_handling
+from nmt.serve.http_errors import add_error_handling
 from nmt.serve.native import Api
 from nmt.serve.web import FastAPI
 from nmt.serve.worker import Service

@@ -1,5 +1,7 @@
 """Dynamic batching for `nmt serve`: requests queue their sentences; one model thread takes what is waiting
 (sentences that share search options, up to a token budget) as one batch and resolves each sentence's future.
+The budget counts padded source tokens, rows x the longest (EOS included), as decode.max_tokens does: a batch
+taken here is one batch of the translator, never split again.
 
 The asyncio side only submits and awaits; every model call happens on the thread that runs `serve_forever`.
 While the model is busy, work piles up for the next batch. When it is free, it waits at most `max_delay` seconds
@@ -33,7 +35,7 @@ class Job:
     request: int  # the request it came from: with batching off, a batch is one request's sentences
     arrived: float
     future: Future = field(default_factory=Future)
-    cost: int | None = None  # source tokens, counted against the batch's budget (by the model thread, when needed)
+    cost: int | None = None  # source tokens + EOS; the batch's padded cost is counted against the budget
 
 
 class Batcher:
@@ -111,21 +113,22 @@ class Batcher:
         return job.cost
 
     def _queued_cost(self) -> int:
-        return sum(self._cost_of(j) for j in self._pending)
+        return len(self._pending) * max((self._cost_of(j) for j in self._pending), default=0)
 
     def _take(self) -> list[Job]:
         """The oldest job and every later one that may share its batch and fits the budget; the rest stay."""
         live = [j for j in self._pending if not j.future.cancelled()]  # a client that left: its sentences go
         batch: list[Job] = []
         rest: list[Job] = []
-        cost = 0
+        longest = 0
         for job in live:
             first = batch[0] if batch else job
             fits = job.options == first.options and (self.batching or job.request == first.request)
-            if fits and (not batch or cost + self._cost_of(job) <= self.max_cost):
+            cost = self._cost_of(job)
+            if fits and (not batch or (len(batch) + 1) * max(longest, cost) <= self.max_cost):
                 if job.future.set_running_or_notify_cancel():  # from now on its client cannot cancel it
                     batch.append(job)
-                    cost += self._cost_of(job)
+                    longest = max(longest, cost)
             else:
                 rest.append(job)
         self._pending = rest

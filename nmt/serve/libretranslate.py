@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from nmt.errors import first_line
-from nmt.serve.errors import ApiError, validation_message
+from nmt.serve.http_errors import ApiError, validation_message
 from nmt.serve.native import Api
 from nmt.serve.web import BaseModel, FastAPI, Field, HTTPException, JSONResponse, Request, ValidationError
 

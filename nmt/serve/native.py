@@ -15,7 +15,7 @@ from typing import Any
 from nmt.config import ServeConfig
 from nmt.errors import first_line
 from nmt.serve.batcher import Closed
-from nmt.serve.errors import ApiError
+from nmt.serve.http_errors import ApiError
 from nmt.serve.web import BaseModel, ConfigDict, Field, HTTPException, JSONResponse, Request
 from nmt.serve.worker import Model, Search, Service
 from nmt.translator import Translation
