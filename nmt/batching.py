@@ -250,23 +250,22 @@ class Batch:
     n_src_tokens: int  # non-pad tokens in src (EOS included)
     n_tgt_tokens: int  # non-pad tokens in tgt_out (EOS included)
     index: torch.Tensor  # [B] long, dataset indices
+    tgt_positions: torch.Tensor | None = None  # [n_tgt_tokens] long, flat positions of tgt_out's non-pad tokens
 
     def __len__(self) -> int:
         return self.src.shape[0]
 
+    def _map(self, fn: Any) -> Batch:
+        return Batch(**{f.name: fn(v) if isinstance(v := getattr(self, f.name), torch.Tensor) else v
+                        for f in fields(self)})
+
     def to(self, device: torch.device | str) -> Batch:
-        """A copy on ``device``; pinned + non-blocking host-to-GPU copies so transfer overlaps compute."""
-        device = torch.device(device)
-        pin = device.type == "cuda" and torch.cuda.is_available()
-        moved = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, torch.Tensor):
-                if pin and value.device.type == "cpu":
-                    value = value.pin_memory()
-                value = value.to(device, non_blocking=True)
-            moved[f.name] = value
-        return Batch(**moved)
+        """A copy on ``device``; from pinned memory (`pin_memory`) the copy to a GPU overlaps its compute."""
+        return self._map(lambda t: t.to(device, non_blocking=True))
+
+    def pin_memory(self) -> Batch:
+        """A copy in page-locked memory, which a GPU copies from asynchronously."""
+        return self._map(lambda t: t.pin_memory())
 
 
 def split_batch(batch: Batch, pad: int) -> list[Batch]:
@@ -280,9 +279,13 @@ def split_batch(batch: Batch, pad: int) -> list[Batch]:
         pieces.append(Batch(
             src=src[:, :src_width], tgt_in=tgt_in[:, :tgt_width], tgt_out=tgt_out[:, :tgt_width],
             n_src_tokens=int((src != pad).sum()), n_tgt_tokens=int((tgt_out != pad).sum()),
-            index=batch.index[rows],
+            index=batch.index[rows], tgt_positions=_positions(tgt_out[:, :tgt_width], pad),
         ))
     return pieces
+
+
+def _positions(tgt_out: torch.Tensor, pad: int) -> torch.Tensor:
+    return (tgt_out.reshape(-1) != pad).nonzero().squeeze(1)
 
 
 def _pad_rows(seqs: Sequence[Sequence[int]], width_extra: int, offset: int, pad: int) -> tuple:
@@ -321,21 +324,22 @@ def collate(
         index = torch.arange(len(src_ids), dtype=torch.long)
     else:
         index = torch.as_tensor(np.asarray(indices, dtype=np.int64))
+    target = torch.from_numpy(tgt_out)
     return Batch(
         src=torch.from_numpy(src),
         tgt_in=torch.from_numpy(tgt_in),
-        tgt_out=torch.from_numpy(tgt_out),
+        tgt_out=target,
         n_src_tokens=int(src_lens.sum()) + len(src_ids),
         n_tgt_tokens=int(tgt_lens.sum()) + len(tgt_ids),
         index=index,
+        tgt_positions=_positions(target, pad),
     )
 
 
 def batches_from_dataset(dataset: Any, sampler: Any, special: Any) -> Iterator[Batch]:
     """Fetch each batch of ``sampler`` from ``dataset`` (``dataset[list] -> {column: [rows]}``) and collate
-    with the ``special`` ids (``.pad/.bos/.eos``, the tokenizer's).
-
-    Synchronous on purpose: the sampler's position then equals the batches handed to training."""
+    with the ``special`` ids (``.pad/.bos/.eos``, the tokenizer's). Training reads it ahead on a thread
+    (nmt.prefetch), which records the sampler's position with each batch."""
     for idx in sampler:
         cols = dataset[idx]
         yield collate(cols["src_ids"], cols["tgt_ids"], idx, pad=special.pad, bos=special.bos, eos=special.eos)

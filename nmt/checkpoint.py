@@ -187,18 +187,39 @@ def _damaged_member(path: Path) -> str | None:
         return f"the archive ({type(e).__name__})"
 
 
-def load(path: str | Path, map_location: str | torch.device = "cpu") -> Checkpoint:
-    """Load and check a checkpoint; any damage is a one-line CheckpointError naming the file."""
+def _damaged_weights(path: Path, weights: dict[str, Any]) -> str | None:
+    """With a memory-mapped load, the CRC-32 check of the weights' records only (reading the weights, which
+    the caller reads anyway, and not the optimizer's moments): the first weight whose bytes match no
+    record's size and checksum, or None."""
+    with zipfile.ZipFile(path) as archive:
+        records = {(info.file_size, info.CRC) for info in archive.infolist()}
+    for name, group in tensors_by_storage(weights).items():
+        if storage_crc(weights[name]) not in records:
+            return f"the weight {group[0]}"
+    return None
+
+
+def storage_crc(tensor: torch.Tensor) -> tuple[int, int]:
+    """The size and CRC-32 of the bytes of a tensor's whole storage, as torch.save stores it."""
+    storage = tensor.untyped_storage()
+    data = torch.empty(0, dtype=torch.uint8).set_(storage).numpy()  # the storage's bytes, not a copy
+    return storage.nbytes(), zlib.crc32(data)
+
+
+def load(path: str | Path, map_location: str | torch.device = "cpu", mmap: bool = False) -> Checkpoint:
+    """Load and check a checkpoint; any damage is a one-line CheckpointError naming the file. With `mmap`
+    the file is mapped, not read: only what is used is read (checkpoint averaging reads the weights and
+    not the optimizer state, which is twice their size), and only the weights are checked."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     if path.stat().st_size == 0:
         raise CheckpointError(f"{path}: empty checkpoint file (0 bytes)")
-    damaged = _damaged_member(path)
+    damaged = None if mmap else _damaged_member(path)
     if damaged is not None:
         raise CheckpointError(f"{path}: corrupt checkpoint (checksum mismatch in {damaged})")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as e:  # torch raises many types for truncated/garbled files
         reason = first_line(e, 120)
         raise CheckpointError(f"{path}: corrupt or truncated checkpoint ({reason})") from None
@@ -211,6 +232,8 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> Checkpoi
     for key in ("model", "config", "tokenizer", "vocab"):
         if key not in state:
             raise CheckpointError(f"{path}: checkpoint lacks '{key}'")
+    if mmap and (damaged := _damaged_weights(path, state["model"])) is not None:
+        raise CheckpointError(f"{path}: corrupt checkpoint (checksum mismatch in {damaged})")
     if state["version"] == 1:
         _upgrade_weights_v1(state["model"])
         state["version"] = VERSION
@@ -230,15 +253,16 @@ def _upgrade_weights_v1(weights: dict[str, Any]) -> None:
 
 def average(paths: list[Path]) -> Checkpoint:
     """Average the weights of several checkpoints (Vaswani et al.: last 5/20 checkpoints). Names that share
-    one tensor in the first checkpoint (tied embeddings) share one averaged tensor, as the model saved them."""
+    one tensor in the first checkpoint (tied embeddings) share one averaged tensor, as the model saved them.
+    Only the weights are read (memory-mapped loads), not the optimizer states beside them."""
     if not paths:
         raise NmtError("no checkpoints to average")
-    first = load(paths[0])
+    first = load(paths[0], mmap=True)
     names = tensors_by_storage(first["model"])
     total = {k: first["model"][k].double() if first["model"][k].is_floating_point() else first["model"][k].clone()
              for k in names}
     for p in paths[1:]:
-        model = load(p)["model"]
+        model = load(p, mmap=True)["model"]
         if model.keys() != first["model"].keys():
             raise CheckpointError(f"{p}: parameters differ from {paths[0]}; cannot average")
         for k, v in total.items():

@@ -40,8 +40,8 @@ SetOpt = Annotated[
 # how `translate` and `serve` run the model (nmt.translator.ModelOptions)
 DeviceOpt = Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")]
 DtypeOpt = Annotated[str, typer.Option(
-    help="auto | fp32 | bf16 | fp16 (fp16 on CUDA only). auto: bf16 for models of d_model >= 256 on CPUs with "
-         "native bf16 (AVX512-BF16 or AMX), else fp32.")]
+    help="auto | fp32 | bf16 | fp16 (fp16 on CUDA only). auto: on a GPU bf16 where native (Ampere and newer), "
+         "else fp16; on a CPU bf16 for models of d_model >= 256 where native (AVX512-BF16 or AMX), else fp32.")]
 QuantizeOpt = Annotated[str | None, typer.Option(
     help="'int8': dynamic int8 quantization of Linear layers (CPU speed-up).")]
 

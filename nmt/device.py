@@ -10,8 +10,9 @@ import torch
 from nmt.errors import NmtError
 
 
-def pick_device(name: str, option: str, local_rank: int = 0) -> torch.device:
-    """'auto' | 'cpu' | 'cuda' | 'cuda:N'; a bare 'cuda' (or auto on a GPU) means this process's local GPU.
+def pick_device(name: str, option: str, local_rank: int = 0, processes: int = 1) -> torch.device:
+    """'auto' | 'cpu' | 'cuda' | 'cuda:N'; a bare 'cuda' (or auto on a GPU) means this process's local GPU
+    (torchrun's LOCAL_RANK). With several processes a fixed 'cuda:N' is refused: every rank would use it.
 
     `option` names the setting in error messages (e.g. 'train.device', '--device').
     """
@@ -27,6 +28,9 @@ def pick_device(name: str, option: str, local_rank: int = 0) -> torch.device:
         raise NmtError(f"{option}={name!r} is not a device (use auto, cpu, cuda or cuda:N)")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", local_rank)
+    elif device.type == "cuda" and processes > 1:
+        raise NmtError(f"{option}={name} would put all {processes} processes on one GPU: use cuda (each "
+                       "process takes its LOCAL_RANK's GPU; choose GPUs with CUDA_VISIBLE_DEVICES)")
     return device
 
 

@@ -7,6 +7,7 @@ With one process every method is a cheap local no-op.
 
 from __future__ import annotations
 
+import inspect
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,12 @@ class Dist:
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(t)
         return t.tolist()
+
+    def sum_(self, t: torch.Tensor) -> torch.Tensor:
+        """`t` (on this process's device) summed over ranks in place, without waiting on the host."""
+        if self.world > 1:
+            dist.all_reduce(t)
+        return t
 
     def any(self, flag: bool) -> bool:
         """True on every rank when it is True on one (clocks differ per rank: stop together or deadlock)."""
@@ -64,25 +71,37 @@ class Dist:
             dist.barrier()
 
     def wrap(self, model: nn.Module) -> nn.parallel.DistributedDataParallel | None:
-        """The DDP wrapper that all-reduces gradients in backward (None with one process)."""
+        """The DDP wrapper that all-reduces gradients in backward (None with one process). The model's buffers
+        (the sinusoid table) are constants, the same on every rank: not broadcast before each forward."""
         if self.world == 1:
             return None
         ids = None if self.device.type == "cpu" else [self.device.index]
-        return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
 
 
 def init(device: torch.device) -> Dist:
-    """Join the process group torchrun set up (env RANK/WORLD_SIZE); single process otherwise."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    """Join the process group torchrun set up (env RANK/WORLD_SIZE); single process otherwise. On a GPU the
+    process's device is set first and given to the group (`device_id`, where torch has it), so NCCL
+    binds each rank to its own GPU instead of guessing GPU 0."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    world = world_size()
     if world <= 1:
         return Dist(device)
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        options: dict[str, Any] = {"backend": "nccl" if device.type == "cuda" else "gloo"}
+        if device.type == "cuda" and "device_id" in inspect.signature(dist.init_process_group).parameters:
+            options["device_id"] = device
+        dist.init_process_group(**options)
     return Dist(device, int(os.environ["RANK"]), world)
 
 
 def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def shutdown() -> None:

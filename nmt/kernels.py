@@ -142,11 +142,20 @@ class _OneDNNLinear(torch.autograd.Function):
         return grad_x, grad_w, grad_b
 
 
-def _cpu_autocast() -> bool:
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype autocast computes in on this device type now, None when autocast is off. torch < 2.4 has
+    no device-type argument to these queries: its per-device functions are used there."""
     try:
-        return torch.is_autocast_enabled("cpu")
+        enabled = torch.is_autocast_enabled(device_type)
     except TypeError:  # torch < 2.4
-        return torch.is_autocast_cpu_enabled()
+        if device_type == "cpu":
+            return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+    return torch.get_autocast_dtype(device_type) if enabled else None
+
+
+def _cpu_autocast() -> bool:
+    return autocast_dtype("cpu") is not None
 
 
 class CPULinear(nn.Module):

@@ -8,7 +8,8 @@ Two ways to the same numbers:
   `python bench/train.py`, column ours/ours-logits, times both). Here they exist a cache-sized chunk of
   rows at a time, and the gradient with respect to each chunk is formed in the same pass (the loss is a
   scalar, so backward only scales what forward already computed): three GEMMs per chunk and no full-size
-  tensor. Padding rows are never projected.
+  tensor. Padding rows are never projected. The chunk is sized per device: on a CPU to stay in cache, on
+  a GPU large enough that a batch is a few chunks (each chunk is ~40 kernel launches).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nmt.kernels import fast_linear
+from nmt.kernels import autocast_dtype, fast_linear
 
 
 def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad: int) -> tuple[Tensor, Tensor]:
@@ -35,32 +36,43 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad: int
     return (1.0 - epsilon) * nll + epsilon * smooth, nll
 
 
-CHUNK_BYTES = 4 << 20  # fp32 logits per chunk: stays in cache between the GEMM and the passes over it
+CHUNK_BYTES = 4 << 20  # CPU: fp32 logits per chunk, in cache between the GEMM and the passes over it
+GPU_CHUNK_BYTES = 256 << 20  # GPU: few chunks a batch (launch-bound otherwise), bounded memory still
+
+
+def chunk_rows(device: torch.device, vocab: int) -> int:
+    """Rows of logits per chunk on this device."""
+    budget = CHUNK_BYTES if device.type == "cpu" else GPU_CHUNK_BYTES
+    return max(1, budget // (4 * vocab))
+
+
+def target_positions(target: Tensor, pad: int) -> Tensor:
+    """The flat positions [n] of target's non-pad tokens. Computed where the batch is built (its size is
+    then known without asking the GPU); the loss selects rows with it instead of a boolean mask, whose
+    result size the host must wait for."""
+    return (target.reshape(-1) != pad).nonzero().squeeze(1)
 
 
 def projected_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float,
-                                  pad: int, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                                  pad: int, bias: Tensor | None = None,
+                                  positions: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """`label_smoothed_loss(hidden @ weight.T + bias, target, ...)` without the full logits: hidden
-    [..., D], weight [V, D], target [...], bias [V] a constant (a model's fixed output bias). The loss is
-    differentiable (once) with respect to hidden and weight; the NLL is for logging. Under autocast the
-    GEMMs run in the autocast dtype, the softmax in fp32."""
-    keep = target.reshape(-1) != pad
-    rows = hidden.reshape(-1, hidden.size(-1))[keep]
-    labels = target.reshape(-1)[keep]
-    dtype = _compute_dtype(hidden)
+    [..., D], weight [V, D], target [...], bias [V] a constant (a model's fixed output bias), positions
+    `target_positions(target, pad)` if the caller has them. The loss is differentiable (once) with respect
+    to hidden and weight; the NLL is for logging. Under autocast the GEMMs run in the autocast dtype, the
+    softmax in fp32."""
+    if positions is None:
+        positions = target_positions(target, pad)
+    positions = positions.to(hidden.device, non_blocking=True)
+    rows = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)  # [n, D]
+    labels = target.reshape(-1).index_select(0, positions)  # [n]
+    dtype = autocast_dtype(hidden.device.type) or hidden.dtype
     bias = bias.detach().float() if bias is not None else None
     if torch.is_grad_enabled() and (rows.requires_grad or weight.requires_grad):
         return _ProjectedLoss.apply(rows, weight, labels, epsilon, dtype, bias)
     with torch.autocast(hidden.device.type, enabled=False):
         loss, nll, _, _ = _chunked(rows.to(dtype), weight.to(dtype), labels, epsilon, bias, with_grad=False)
     return loss, nll
-
-
-def _compute_dtype(hidden: Tensor) -> torch.dtype:
-    device = hidden.device.type
-    if torch.is_autocast_enabled(device):
-        return torch.get_autocast_dtype(device)
-    return hidden.dtype
 
 
 def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float, bias: Tensor | None,
@@ -76,9 +88,9 @@ def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float, bias:
     Only the first terms need the [n, V] chunk (one GEMM each); the passes over it are: the GEMM that
     writes z, max, subtract, exp, sum."""
     vocab = weight.size(0)
-    step = max(1, CHUNK_BYTES // (4 * vocab))
+    step = chunk_rows(rows.device, vocab)
     mean_row = weight.float().mean(dim=0)  # [D]
-    mean_bias = float(bias.mean()) if bias is not None else 0.0
+    mean_bias = bias.mean() if bias is not None else 0.0  # a tensor: no wait for the GPU
     loss = rows.new_zeros((), dtype=torch.float32)
     nll = rows.new_zeros((), dtype=torch.float32)
     grad_rows = torch.empty(rows.shape, dtype=torch.float32, device=rows.device) if with_grad else None

@@ -20,7 +20,7 @@ from nmt.trainstate import Counters, SkippedUpdate
 # Exceptions meaning "this batch does not fit in memory". A tuple so tests can add a CPU-raisable class.
 OOM_ERRORS: tuple[type[BaseException], ...] = (torch.cuda.OutOfMemoryError,)
 
-Backward = Callable[[Batch, bool], tuple[float, float]]  # (piece, is the last piece) -> its loss and NLL sums
+Backward = Callable[[Batch, bool], torch.Tensor]  # (piece, is the last piece) -> its [loss, NLL] sums, on the device
 
 
 def is_oom(error: BaseException) -> bool:
@@ -34,8 +34,8 @@ class SplitOnOOM:
         self.counters, self.pad, self.reset, self.warn = counters, pad, reset, warn
         self.rank, self.world = rank, world
 
-    def accumulate(self, group: list[Batch], backward: Backward) -> tuple[float, float]:
-        """Run `backward` over every piece of `group` until all fit; returns the loss and NLL sums.
+    def accumulate(self, group: list[Batch], backward: Backward) -> torch.Tensor:
+        """Run `backward` over every piece of `group` until all fit; returns the [loss, NLL] sums.
         SkippedUpdate when no sentence fits."""
         pieces = list(group)
         while True:
@@ -47,12 +47,12 @@ class SplitOnOOM:
             if not pieces:
                 raise SkippedUpdate("out of memory on every sentence")
 
-    def _attempt(self, pieces: list[Batch], backward: Backward) -> tuple[int | None, tuple[float, float]]:
+    def _attempt(self, pieces: list[Batch], backward: Backward) -> tuple[int | None, torch.Tensor]:
         """The index of the piece that ran out of memory (None if none did) and the sums so far."""
-        loss_sum = nll_sum = 0.0
+        sums = torch.zeros(2)
         for i, batch in enumerate(pieces):
             try:
-                loss, nll = backward(batch, i == len(pieces) - 1)
+                piece = backward(batch, i == len(pieces) - 1)
             except Exception as e:
                 if not is_oom(e):
                     raise
@@ -60,10 +60,10 @@ class SplitOnOOM:
                     raise NmtError(f"out of memory at update {self.counters.step + 1} on rank {self.rank}; "
                                    "lower train.max_tokens (and raise train.update_freq)") from None
                 break  # outside `except`: the failed batch's traceback and activations are freed
-            loss_sum, nll_sum = loss_sum + loss, nll_sum + nll
+            sums = piece if i == 0 else sums + piece
         else:
-            return None, (loss_sum, nll_sum)
-        return i, (loss_sum, nll_sum)
+            return None, sums
+        return i, sums
 
     def _halve_or_drop(self, pieces: list[Batch], i: int) -> list[Batch]:
         batch, step = pieces[i], self.counters.step + 1

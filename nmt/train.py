@@ -4,8 +4,8 @@ One update = `update_freq` token-budget batches per process. The loss of an upda
 its target tokens divided by the update's total target tokens across all processes, so
 `torchrun --nproc_per_node W` computes the same gradient as one process with `update_freq * W`.
 The run dir (nmt.rundir), the data dir (nmt.datadir), the resume state (nmt.trainstate), the time
-budget (nmt.budget), out-of-memory retries (nmt.oom) and validation (nmt.validate) live in their own
-modules; this one builds the run and loops.
+budget (nmt.budget), out-of-memory retries (nmt.oom), the batches read ahead (nmt.prefetch) and validation
+(nmt.validate) live in their own modules; this one builds the run and loops.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import contextlib
 import itertools
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from typing import Any
 
 import torch
 
 from nmt import checkpoint, distributed, trainstate
-from nmt.batching import Batch, TokenBatchSampler, batches_from_dataset
+from nmt.batching import Batch, TokenBatchSampler
 from nmt.budget import TimeBudget
 from nmt.checkpoint import Checkpoint
 from nmt.config import Config, inherit_model
@@ -34,6 +34,7 @@ from nmt.model import Transformer
 from nmt.oom import SplitOnOOM
 from nmt.optim import adam, learning_rate
 from nmt.precision import autocast, choose, prepare
+from nmt.prefetch import Fetched, Prefetcher, epochs
 from nmt.rundir import RunDir
 from nmt.tokenizer import Tokenizer
 from nmt.trainstate import Counters, SkippedUpdate
@@ -60,10 +61,8 @@ class Trainer:
         if t.threads > 0:
             torch.set_num_threads(t.threads)
         self.cfg = cfg
-        self.device = pick_device(t.device, "train.device", distributed.local_rank())
+        self.device = pick_device(t.device, "train.device", distributed.local_rank(), distributed.world_size())
         self.dist = distributed.init(self.device)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
         self.run_dir = RunDir(t.run_dir)
         self.report = Reporter(self.run_dir, enabled=self.dist.main, progress=progress, tensorboard=t.tensorboard)
         self.data = DataDir.open(cfg.data.dir)
@@ -96,15 +95,20 @@ class Trainer:
         self.precision = choose(t.amp, self.device, cfg.model.d_model, training=True, option="train.amp")
         self.model = prepare(self.model, self.device, self.precision, training=True)
         self.ddp = self.dist.wrap(self.model)
+        self.forward = self.ddp or self.model
+        if t.compile:  # the model as a graph: fused kernels, fewer launches (shapes vary: it recompiles a few times)
+            self.forward = torch.compile(self.forward)
         self.optimizer = adam(list(self.model.parameters()), lr=learning_rate(1, cfg), betas=tuple(t.betas),
                               eps=t.eps, weight_decay=t.weight_decay)
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision.grad_scaler)
+        # fairseq's initial fp16 loss scale: 2**16 (torch's) overflows for the first ~10 updates, each skipped
+        self.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**7, enabled=self.precision.grad_scaler)
         self.report.info(f"training on {self.device} in {self.precision.describe(training=True)} (train.amp={t.amp})")
         train_lens = self.data.split_lengths("train")
         self.data.check_positions(cfg.model.max_positions)
         self.sampler = TokenBatchSampler(train_lens["src_len"], train_lens["tgt_len"], t.max_tokens, shuffle=True,
                                          seed=t.seed, num_replicas=self.dist.world, rank=self.dist.rank)
         self.sampler.set_epoch(1)
+        self.sampler_state = self.sampler.state_dict()  # after the last batch trained on (the reader runs ahead)
         n = min(t.valid_bleu_sentences, len(self.valid_data)) if self.valid_data is not None else 0
         self.bleu_sources = list(self.valid_data.select(range(n))["src_ids"]) if n > 0 else []
         self.bleu_references = self.data.references("valid", n) if n > 0 else []
@@ -129,7 +133,8 @@ class Trainer:
                              "only starts a run)")
         trainstate.check_resumable(state, self.data, self.cfg.to_dict())
         self.counters = trainstate.restore(state, self.model, self.optimizer, self.scaler, self.sampler,
-                                           self.dist.rank, self.dist.world, self.cfg.train.seed)
+                                           self.dist.rank, self.dist.world, self.cfg.train.seed, self.device)
+        self.sampler_state = self.sampler.state_dict()
         if (saved := state.processes) != self.dist.world:
             self.report.warn(f"resuming a {saved}-process run with {self.dist.world}: "
                              "the batch order continues, dropout starts new random streams")
@@ -146,8 +151,19 @@ class Trainer:
 
     # ---- the loop
     def run(self) -> dict[str, Any]:
+        """Train until a stopping rule; batches are read ahead on a thread (nmt.prefetch)."""
+        source = epochs(self.train_data, self.sampler, self.special, self.cfg.train.max_epochs)
+        with Prefetcher(source, pin=self.device.type == "cuda") as fetched:
+            return self._loop(self.consume(fetched))
+
+    def consume(self, fetched: Iterable[Fetched]) -> Iterator[Batch]:
+        """The batches, each one moving the epoch and the sampler position a checkpoint records."""
+        for item in fetched:
+            self.counters.epoch, self.sampler_state = item.epoch, item.sampler_state
+            yield item.batch
+
+    def _loop(self, batches: Iterator[Batch]) -> dict[str, Any]:
         t, c = self.cfg.train, self.counters
-        batches = self.batches()
         checkpoint_bytes = 3 * sum(p.numel() * p.element_size() for p in self.model.parameters())  # + Adam moments
         budget = TimeBudget(t.max_minutes, c.elapsed, checkpoint_bytes, t.average_last, agree=self.dist.any)
         saved_step = c.step if self.resumed else -1
@@ -187,15 +203,6 @@ class Trainer:
         self.report.finish(c.step, reason)
         return {**asdict(c), "stopped": reason}
 
-    def batches(self) -> Iterator[Batch]:
-        """Training batches, epoch after epoch (until train.max_epochs)."""
-        while True:
-            yield from batches_from_dataset(self.train_data, self.sampler, self.special)
-            if self.cfg.train.max_epochs and self.counters.epoch >= self.cfg.train.max_epochs:
-                return
-            self.counters.epoch += 1
-            self.sampler.set_epoch(self.counters.epoch)
-
     def _skipped(self, reason: str) -> None:
         c = self.counters
         c.skipped()
@@ -207,43 +214,51 @@ class Trainer:
 
     # ---- one update
     def update(self, group: list[Batch]) -> dict[str, float]:
-        """Forward/backward over a group of batches and one optimizer step; SkippedUpdate when not taken."""
+        """Forward/backward over a group of batches and one optimizer step; SkippedUpdate when not taken.
+
+        The host waits for the device once per update, for the numbers that decide whether the step is
+        taken (a finite loss and gradient norm; GradScaler's step waits for the same) and are logged; the
+        losses stay on the device until then. (Plus, under DDP, the token count's all-reduce, on an idle
+        device: the previous update was waited for.)"""
         t = self.cfg.train
         (total,) = self.dist.sum([float(sum(b.n_tgt_tokens for b in group))])
         lr = learning_rate(self.counters.step + 1, self.cfg)
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
         self.model.train()
-        loss_sum, nll_sum = self.oom.accumulate(group, lambda batch, last: self._backward(batch, last, total))
+        sums = self.oom.accumulate(group, lambda batch, last: self._backward(batch, last, total))  # [loss, nll]
         self.scaler.unscale_(self.optimizer)
         gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm if t.clip_norm > 0 else math.inf)
-        if not (bool(torch.isfinite(gnorm)) and math.isfinite(loss_sum)) and not self.scaler.is_enabled():
+        loss_sum, nll_sum, norm = torch.cat([self.dist.sum_(sums.double()), gnorm.double().reshape(1)]).tolist()
+        if not (math.isfinite(norm) and math.isfinite(loss_sum)):
             self.optimizer.zero_grad(set_to_none=True)
-            raise SkippedUpdate("non-finite loss/gradient")
-        scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
-        self.scaler.step(self.optimizer)  # with fp16, skips the step itself on overflow
+            raise SkippedUpdate(self._not_finite())
+        self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        if scale is not None and self.scaler.get_scale() < scale:
-            self.report.warn(f"fp16 overflow at update {self.counters.step + 1}: step skipped, loss scale {scale} "
-                             f"-> {self.scaler.get_scale()}")
-        loss_sum, nll_sum = self.dist.sum([loss_sum, nll_sum])
-        return {"loss": loss_sum / total, "nll": nll_sum / total, "lr": lr, "gnorm": float(gnorm), "tokens": total}
+        return {"loss": loss_sum / total, "nll": nll_sum / total, "lr": lr, "gnorm": norm, "tokens": total}
 
-    def _backward(self, batch: Batch, last: bool, total: float) -> tuple[float, float]:
+    def _not_finite(self) -> str:
+        """Why a non-finite update is skipped; with fp16 the scaler lowers its scale, as its own step would."""
+        if not self.scaler.is_enabled():
+            return "non-finite loss/gradient"
+        scale = self.scaler.get_scale()
+        self.scaler.update()  # the overflow unscale_ recorded halves the scale
+        return f"non-finite gradient in fp16 (loss scale {scale:g} -> {self.scaler.get_scale():g})"
+
+    def _backward(self, batch: Batch, last: bool, total: float) -> torch.Tensor:
         """Add one piece's gradient (its loss normalised by the update's `total` target tokens); returns its
-        loss and NLL sums."""
-        module = self.ddp or self.model
+        loss and NLL sums [2], on the device."""
         batch = batch.to(self.device)
         # DDP all-reduces the gradients once, in the backward of the update's last piece
         with contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync():
             with autocast(self.device, self.precision):
-                hidden = module(batch.src, batch.tgt_in, project=False)
+                hidden = self.forward(batch.src, batch.tgt_in, project=False)
                 loss, nll = projected_label_smoothed_loss(hidden, self.model.output_weight, batch.tgt_out,
                                                           self.cfg.train.label_smoothing, self.special.pad,
-                                                          self.model.output_bias)
+                                                          self.model.output_bias, positions=batch.tgt_positions)
             self.scaler.scale(loss * (self.dist.world / total)).backward()
-        return float(loss.detach()), float(nll.detach())
+        return torch.stack([loss.detach(), nll.detach()])
 
     # ---- validation and checkpoints
     def validate(self) -> bool:
@@ -267,9 +282,9 @@ class Trainer:
         state = Checkpoint.create(self.model.state_dict(), self.cfg, self.tokenizer, self.data.vocab_sizes,
                                   langs=self.data.langs, data_fingerprint=self.data.fingerprint)
         if with_training:
-            rng = self.dist.gather(trainstate.rng_state())  # dropout differs per rank: each resumes its own
+            rng = self.dist.gather(trainstate.rng_state(self.device))  # dropout differs per rank: each its own
             state = state.with_training(trainstate.training_state(self.counters, self.optimizer, self.scaler,
-                                                                  self.sampler, rng))
+                                                                  self.sampler_state, rng))
         return state
 
     def save(self) -> float:
@@ -286,16 +301,15 @@ class Trainer:
         averaged.pt."""
         if saved_step != self.counters.step:  # a local flag: every DDP rank must agree without I/O
             self.save()
-        if self.dist.main and self.valid_data is not None and not self.run_dir.best.exists():
+        self.dist.barrier()  # the collective work is done: the other ranks leave while rank 0 writes
+        if not self.dist.main:
+            return
+        if self.valid_data is not None and not self.run_dir.best.exists():
             self.run_dir.save_best(self.snapshot(with_training=False))
-        self.average()
-        self.dist.barrier()
-
-    def average(self) -> None:
         k = self.cfg.train.average_last
-        n = min(k, len(self.run_dir.step_checkpoints())) if self.dist.main else 0
-        if k > 1 and n >= 2:
-            self.report.info(f"averaged {n} checkpoints into {self.run_dir.average(k)}")
+        if k > 1 and min(k, len(self.run_dir.step_checkpoints())) >= 2:
+            self.report.info(f"averaged {min(k, len(self.run_dir.step_checkpoints()))} checkpoints into "
+                             f"{self.run_dir.average(k)}")
 
 
 def train(cfg: Config, *, force: bool = False, progress: bool | None = None) -> dict[str, Any]:

@@ -49,22 +49,33 @@ class Counters:
         self.bad_updates, self.step = 0, self.step + 1
 
 
-def rng_state() -> dict[str, Any]:
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """This process's random states: CPU, Python, NumPy, and the GPU it trains on (only that one: a resume
+    may see other GPUs, or fewer)."""
     state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": list(np.random.get_state())}
     state["numpy"][1] = state["numpy"][1].tolist()
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
+    """Continue the streams of `rng_state`. Older checkpoints hold every visible GPU's state (a list): the
+    one of this process's GPU index is used, if the saving process saw that many."""
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     np_state = list(state["numpy"])
     np_state[1] = np.asarray(np_state[1], dtype=np.uint32)
     np.random.set_state(tuple(np_state))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = state.get("cuda")
+    if cuda is None or device.type != "cuda":
+        return
+    if isinstance(cuda, (list, tuple)):
+        index = device.index or 0
+        if index >= len(cuda):
+            return
+        cuda = cuda[index]
+    torch.cuda.set_rng_state(cuda, device)
 
 
 def seed_everything(seed: int) -> None:
@@ -74,13 +85,14 @@ def seed_everything(seed: int) -> None:
 
 
 def training_state(counters: Counters, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-                   sampler: Any, rng: Any) -> dict[str, Any]:
-    """The checkpoint's "train_state"; `rng` is every rank's rng_state() (one per rank under DDP)."""
+                   sampler_state: dict[str, int], rng: Any) -> dict[str, Any]:
+    """The checkpoint's "train_state"; `sampler_state` is the sampler's after the last batch trained on,
+    `rng` every rank's rng_state() (one per rank under DDP)."""
     return {
         "step": counters.step,
         "optimizer": optimizer.state_dict(),
         "scaler": scaler.state_dict() if scaler.is_enabled() else None,
-        "sampler": sampler.state_dict(),
+        "sampler": dict(sampler_state),
         "rng": rng,
         "progress": asdict(counters),
     }
@@ -128,7 +140,8 @@ def check_resumable(ckpt: Checkpoint, data: DataDir, cfg: dict[str, Any]) -> Non
 
 
 def restore(ckpt: Checkpoint, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-            scaler: torch.amp.GradScaler, sampler: Any, rank: int, world: int, seed: int) -> Counters:
+            scaler: torch.amp.GradScaler, sampler: Any, rank: int, world: int, seed: int,
+            device: torch.device = torch.device("cpu")) -> Counters:
     """Load a training checkpoint into the run's objects; returns its counters.
 
     Each rank continues its own RNG stream. Resumed with another number of processes, the streams
@@ -142,7 +155,7 @@ def restore(ckpt: Checkpoint, model: torch.nn.Module, optimizer: torch.optim.Opt
     sampler.load_state_dict(ts["sampler"])
     rng = ts["rng"] if isinstance(ts["rng"], list) else [ts["rng"]]
     if len(rng) == world:
-        set_rng_state(rng[rank])
+        set_rng_state(rng[rank], device)
     else:
         seed_everything((seed * 1_000_003 + ts["step"] * 1_009 + rank) % 2**32)
     return Counters(**ts["progress"])

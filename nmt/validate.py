@@ -25,13 +25,14 @@ def validation_loss(model: Transformer, dataset, max_tokens: int, label_smoothin
     """Per-token label-smoothed loss, NLL and perplexity over a whole split (model in eval mode)."""
     lens = lengths(dataset)
     sampler = TokenBatchSampler(lens["src_len"], lens["tgt_len"], max_tokens, shuffle=False)
-    loss_sum = nll_sum = ntok = 0.0
+    sums, ntok = torch.zeros(2, dtype=torch.float64, device=device), 0  # on the device: no wait per batch
     for batch in batches_from_dataset(dataset, sampler, special):
         batch = batch.to(device)
         with autocast():
             logits = model(batch.src, batch.tgt_in)
-        loss, nll = label_smoothed_loss(logits, batch.tgt_out, label_smoothing, special.pad)
-        loss_sum, nll_sum, ntok = loss_sum + float(loss), nll_sum + float(nll), ntok + batch.n_tgt_tokens
+        sums += torch.stack(label_smoothed_loss(logits, batch.tgt_out, label_smoothing, special.pad))
+        ntok += batch.n_tgt_tokens
+    loss_sum, nll_sum = sums.tolist()
     return {"loss": loss_sum / ntok, "nll": nll_sum / ntok, "ppl": math.exp(min(nll_sum / ntok, 50))}
 
 

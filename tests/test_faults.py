@@ -28,6 +28,7 @@ import nmt.oom
 import nmt.train as train_mod
 from nmt import checkpoint
 from nmt.errors import CheckpointError, NmtError
+from nmt.prefetch import epochs
 from nmt.rundir import RunDir
 from nmt.train import Trainer, train
 
@@ -501,8 +502,8 @@ def test_a_poisoned_training_example_is_skipped_every_epoch(demo_data, tmp_path,
         state["batch"] = group
         return real_update(self, group)
 
-    def poisoned(hidden, weight, target, eps, pad=0, bias=None):
-        loss, nll = real(hidden, weight, target, eps, pad, bias)
+    def poisoned(hidden, weight, target, eps, pad=0, bias=None, **kwargs):
+        loss, nll = real(hidden, weight, target, eps, pad, bias, **kwargs)
         hit = any(7 in b.index.tolist() for b in state["batch"])
         return (loss * float("inf"), nll) if hit else (loss, nll)
 
@@ -571,8 +572,8 @@ def test_oom_batch_is_split_and_gives_the_same_gradient(demo_data, tmp_path, fak
     cfg = tiny_config(demo_data, tmp_path / "run", "model.dropout=0", "train.update_freq=2", "train.max_tokens=1024")
     trainer = Trainer(cfg, progress=False)
     try:
-        batches = trainer.batches()
-        group = [next(batches), next(batches)]
+        batches = epochs(trainer.train_data, trainer.sampler, trainer.special, max_epochs=0)
+        group = [next(batches).batch, next(batches).batch]
         sizes = [len(b) for b in group]
         expected = captured_gradients(trainer, group)
         seen = oom_when_big(trainer, limit=min(sizes) // 3, where=where)

@@ -49,7 +49,9 @@ def test_dtype_auto_is_bf16_only_where_it_pays(monkeypatch):
         monkeypatch.setattr(precision, "cpu_native_bf16", lambda n=native: n)
         assert for_inference("auto", None, cpu, wide).float_name == expected
         assert for_inference("auto", "int8", cpu, wide).float_name == "fp32"  # int8 quantization works on fp32 weights
-    assert for_inference("auto", None, torch.device("cuda", 0), 512).float_name == "fp32"
+    for capability, expected in (((9, 0), "bf16"), ((8, 0), "bf16"), ((7, 5), "fp16")):  # H100, A100, T4
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        assert for_inference("auto", None, torch.device("cuda", 0), 512).float_name == expected, capability
 
 
 def test_one_line_errors_name_the_setting():

@@ -197,9 +197,9 @@ def test_non_finite_updates_are_skipped_then_abort(demo_data, tmp_path, monkeypa
     real = train_mod.projected_label_smoothed_loss
     calls = {"n": 0}
 
-    def one_nan(hidden, weight, target, eps, pad=0, bias=None):
+    def one_nan(hidden, weight, target, eps, pad=0, bias=None, **kwargs):
         calls["n"] += 1
-        loss, nll = real(hidden, weight, target, eps, pad, bias)
+        loss, nll = real(hidden, weight, target, eps, pad, bias, **kwargs)
         return (loss * float("nan"), nll) if calls["n"] == 2 else (loss, nll)
 
     monkeypatch.setattr(train_mod, "projected_label_smoothed_loss", one_nan)
