@@ -20,7 +20,8 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(PYTHON) -m nmt prepare --config configs/tiny.yaml --demo
-	$(PYTHON) -m nmt train --config configs/tiny.yaml
+	@t=$$(date +%s); $(PYTHON) -m nmt train --config configs/tiny.yaml \
+	  && echo "[time] train: $$(( $$(date +%s) - t )) s (a fixed 800 updates: a busy machine takes longer, same model)"
 	$(PYTHON) -m nmt translate --config configs/tiny.yaml --input data/demo/test.en --output runs/tiny/test.hyp.de
 	$(PYTHON) -m nmt score --ref data/demo/test.de --hyp runs/tiny/test.hyp.de
 	@echo "--- a few demo translations:"
