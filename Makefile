@@ -7,7 +7,7 @@ TGT ?= de
 TRAIN_ARGS ?=
 STAMP := .install.stamp
 
-.PHONY: install demo test lint bench-prepare bench-train bench-translate multi30k clean
+.PHONY: install demo test lint bench-prepare bench-train bench-translate gpu multi30k clean
 
 # torch first, pinned to the CPU wheel when missing, so pip never pulls a multi-GB CUDA build;
 # a GPU user installs their own torch beforehand and it is kept.
@@ -43,6 +43,17 @@ bench-train: $(STAMP)
 bench-translate: $(STAMP)
 	$(PIP) install -q -e ".[bench]"
 	$(PYTHON) bench/translate.py $(ARGS)
+
+# The GPU loop: the tests marked gpu, then the benches on the GPU (training base and big in bf16 and fp16 with MFU;
+# decoding base in fp16 at batch 32 and 1 against CTranslate2 in float16). pytest's 5 is "no test marked gpu".
+gpu: $(STAMP)
+	@$(PYTHON) -c "import torch; assert torch.cuda.is_available()" 2>/dev/null \
+	  || { echo "make gpu: torch sees no CUDA GPU here (no GPU, or a CPU-only torch: install a CUDA build first)"; exit 1; }
+	$(PIP) install -q -e ".[bench]"
+	$(PYTHON) -m pytest -m gpu -v -rs || [ $$? -eq 5 ]
+	$(PYTHON) bench/train.py --device cuda --configs base,big --dtype bf16
+	$(PYTHON) bench/train.py --device cuda --configs base,big --dtype fp16
+	$(PYTHON) bench/translate.py --device cuda --configs base --dtype fp16 --batches 32,1
 
 # Multi30k: prepare -> train (60-minute budget) -> translate test2016 -> score, timing each stage.
 M30_DATA := data/multi30k-$(SRC)-$(TGT)

@@ -44,6 +44,11 @@ CTranslate2 with compute_type int8.
 replayed on random tensors: "gemm share" is that floor / our time, and "ceiling vs hf" is HF's time / the
 floor, the most that any implementation doing these multiplies in this dtype could gain over HF (ours does
 no more multiplies than HF: HF also computes the source keys/values once per beam rather than per sentence).
+
+--device cuda runs all three on the GPU: ours and HF moved there in --dtype (fp32, bf16 or fp16 weights, as
+`nmt translate --device cuda --dtype X` prepares ours), CTranslate2 with device "cuda" and the matching
+compute_type (float32, bfloat16, float16); calls timed between `torch.cuda.synchronize()` calls (CT2 returns
+host results: its call ends when its GPU work does). `make gpu` runs base in fp16 at batch 32 and 1.
 """
 
 from __future__ import annotations
@@ -74,14 +79,16 @@ from common import (
     random_batch,
     table,
 )
-from torch.utils._python_dispatch import TorchDispatchMode
+from floor import gemm_floor
+from gpu import check_dtype, device_from, device_label, synced
 
 from nmt import kernels
 from nmt.precision import Precision, prepare
 from nmt.search import beam_search
 
 BEAM, ALPHA = 4, 0.6
-DTYPES = ("fp32", "bf16", "int8")
+DTYPES = ("fp32", "bf16", "fp16", "int8")
+CT2_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 
 
 @dataclass(frozen=True)
@@ -187,15 +194,20 @@ def ct2_marian(model_dir: Path, workdir: str) -> tuple[str, list[str]] | None:
     return ct2_dir, sorted(vocab, key=vocab.get)
 
 
-def _ct2_worker(conn, model_dir: str, compute_type: str, threads: int, tokens: list[list[str]], length: int,
-                clock: str) -> None:
+def _ct2_worker(conn, model_dir: str, device: str, index: int, compute_type: str, threads: int,
+                tokens: list[list[str]], length: int, clock: str) -> None:
     """Serves timed translate_batch calls. CTranslate2 runs in its own process because its Intel OpenMP
     pool, once used, slows PyTorch's GNU OpenMP pool in the same process about 2x (measured on the
     elementwise add of a [128, 8000] tensor: 149 -> 283 us), which would handicap ours and HF."""
     import ctranslate2
 
-    translator = ctranslate2.Translator(model_dir, device="cpu", compute_type=compute_type, inter_threads=1,
-                                        intra_threads=threads)
+    try:
+        translator = ctranslate2.Translator(model_dir, device=device, device_index=index,
+                                            compute_type=compute_type, inter_threads=1, intra_threads=threads)
+    except (RuntimeError, ValueError) as e:  # a build without CUDA, no bf16 on this GPU, ...
+        conn.send(str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return
+    conn.send("ready")
     now = CLOCKS[clock]
     while conn.recv() == "run":
         start = now()
@@ -204,14 +216,20 @@ def _ct2_worker(conn, model_dir: str, compute_type: str, threads: int, tokens: l
         conn.send((now() - start, [len(r.hypotheses[0]) for r in result]))
 
 
-def ct2_fn(ct2, src, length, compute_type: str, threads: int, clock: str, pad: int):
+def ct2_fn(ct2, src, length, device: torch.device, compute_type: str, threads: int, clock: str, pad: int):
+    """(run, check) of CTranslate2 on `device` in a worker process, or None (with a note) where it cannot load."""
     model_dir, names = ct2
     tokens = [[names[i] for i in row if i != pad] for row in src.tolist()]
     ctx = mp.get_context("spawn")
     conn, child_conn = ctx.Pipe()
-    proc = ctx.Process(target=_ct2_worker, args=(child_conn, model_dir, compute_type, threads, tokens, length, clock),
-                       daemon=True)
+    proc = ctx.Process(target=_ct2_worker, daemon=True, args=(child_conn, model_dir, device.type, device.index or 0,
+                                                              compute_type, threads, tokens, length, clock))
     proc.start()
+    if (status := conn.recv()) != "ready":
+        proc.join(10)
+        print(f"ctranslate2 cannot run on {device} in {compute_type} ({status.rstrip('.')}): skipping it",
+              file=sys.stderr)
+        return None
     atexit.register(lambda: (conn.send("stop"), proc.join(10)) if proc.is_alive() else None)
 
     def run():
@@ -223,41 +241,6 @@ def ct2_fn(ct2, src, length, compute_type: str, threads: int, clock: str, pad: i
         return all(n == length + 1 for n in result.value)
 
     return run, check
-
-
-class GemmLog(TorchDispatchMode):
-    """Records the matrix multiplies (aten linear/matmul/addmm/mm/bmm) of a call: their shapes, strides and dtype."""
-
-    OPS = {"linear", "matmul", "addmm", "mm", "bmm", "baddbmm"}
-
-    def __init__(self):
-        super().__init__()
-        self.calls: list[tuple] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.overloadpacket.__name__ in self.OPS:
-            self.calls.append((func, [(a.shape, a.stride(), a.dtype) if isinstance(a, torch.Tensor) else a
-                                      for a in args]))
-        return func(*args, **(kwargs or {}))
-
-
-def gemm_floor(run, repeats: int, clock: str) -> float:
-    """Seconds that only the matrix multiplies of one `run()` take: they are recorded, then replayed on
-    random tensors of the same shapes and strides (median of `repeats`). No implementation that does these
-    multiplies in this dtype can be faster, so a peer's time / this floor bounds the speed-up over it."""
-    with GemmLog() as log:
-        run()
-
-    def tensor(shape, stride, dtype):
-        return torch.empty_strided(shape, stride, dtype=dtype).normal_()
-
-    replay = [(func, [tensor(*a) if isinstance(a, tuple) else a for a in args]) for func, args in log.calls]
-
-    def call():
-        for func, args in replay:
-            func(*args)
-
-    return median(interleaved({"floor": call}, repeats, progress=False, clock=clock)["floor"])
 
 
 def sources(batch: int, vocab: int, ids: Ids) -> torch.Tensor:
@@ -293,33 +276,36 @@ def contestants(name: str, args, workdir: str, use_ct2: bool):
     return ours_model, hf_model, ct2, ids, tokenizer.src_vocab_size, config_from_dict(state["config"]).model
 
 
-def bench(name: str, args, workdir: str) -> list[list[str]]:
+def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> list[list[str]]:
+    """Rows of the table for a config; `gpu`: the GPU path (sync timing, CT2 on the GPU), on `device`."""
     precision = Precision(args.dtype)
-    use_ct2 = not args.no_ct2 and args.dtype != "bf16"
-    compute_type = "int8" if args.dtype == "int8" else "float32"
+    use_ct2 = not args.no_ct2 and (gpu or args.dtype != "bf16")  # CT2 has bf16 on GPUs only
     ours_model, hf_model, ct2, ids, vocab, cfg = contestants(name, args, workdir, use_ct2)
-    hf_model = hf_model.to(precision.dtype)
+    hf_model = hf_model.to(device=device, dtype=precision.dtype)
     if args.dtype == "int8":  # the same int8 scheme for HF (equal work)
         hf_model = kernels.to_int8(hf_model)
     if args.mkl_linear or args.unpacked:
         ours_model = ours_model.to(precision.dtype)
         ours_model = kernels.swap_linears(ours_model) if args.unpacked else ours_model
-    else:  # ours exactly as `nmt translate` runs it on CPU
-        ours_model = prepare(ours_model, torch.device("cpu"), precision, training=False)
+    else:  # ours exactly as `nmt translate` runs it on this device
+        ours_model = prepare(ours_model, device, precision, training=False)
     if ct2 is None and use_ct2:
         print("ctranslate2 is not installed: skipping it (pip install ctranslate2)", file=sys.stderr)
     rows = []
     for batch in map(int, args.batches.split(",")):
-        src = sources(batch, vocab, ids)
+        src = sources(batch, vocab, ids).to(device)
         fns = {"ours": ours_fn(ours_model, src, args.length, ids), "hf": hf_fn(hf_model, src, args.length, ids)}
-        if ct2 is not None:
-            fns["ct2"] = ct2_fn(ct2, src, args.length, compute_type, args.threads, args.clock, ids.pad)
+        if ct2 is not None and (ct2_run := ct2_fn(ct2, src, args.length, device, CT2_TYPES[args.dtype],
+                                                  args.threads, args.clock, ids.pad)):
+            fns["ct2"] = ct2_run
         for label, (run, check) in fns.items():
             if not check(run()):
                 raise SystemExit(f"{label}: hypotheses do not all have {args.length} tokens; the work is not equal")
         print(f"{name}, batch {batch}: d_model {cfg.d_model}, layers {cfg.encoder_layers}+{cfg.decoder_layers}, "
               f"src {tuple(src.shape)}, beam {BEAM}, {args.length} tokens per hypothesis", flush=True)
-        times = interleaved({k: v[0] for k, v in fns.items()}, args.repeats, args.warmup, clock=args.clock)
+        # CT2 times itself in its process; ours and HF queue GPU work, so on a GPU they are timed between syncs
+        timed = {k: synced(v[0], device) if gpu and k != "ct2" else v[0] for k, v in fns.items()}
+        times = interleaved(timed, args.repeats, args.warmup, clock=args.clock, pause=0.0 if gpu else 0.3)
         sec = {k: median(v) for k, v in times.items()}
         # Paired ratio: each round's ours vs the peer's time from the same round, median over rounds.
         paired = {k: median([p / o for o, p in zip(times["ours"], times[k], strict=True)]) for k in times}
@@ -329,7 +315,7 @@ def bench(name: str, args, workdir: str) -> list[list[str]]:
         row += [f"{sec['hf'] / sec['ours']:.2f} ({paired['hf']:.2f})",
                 f"{sec['ct2'] / sec['ours']:.2f} ({paired['ct2']:.2f})" if "ct2" in sec else "-"]
         if args.floor and args.dtype != "int8":  # quantized linears are not aten matrix multiplies
-            floor = gemm_floor(fns["ours"][0], args.repeats, args.clock)
+            floor = gemm_floor(fns["ours"][0], args.repeats, args.clock, device, gpu)
             row += [f"{100 * floor / sec['ours']:.0f}%", f"{sec['hf'] / floor:.2f}"]
         rows.append(row)
     return rows
@@ -353,20 +339,28 @@ def main() -> None:
                    help="fp32/bf16: ours with torch's F.linear in its Linear layers (no nmt.kernels.swap_linears)")
     p.add_argument("--unpacked", action="store_true",
                    help="fp32/bf16: ours through oneDNN with plain-layout weights, as without prepacking")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", choices=DTYPES, default="fp32",
-                   help="fp32, bf16 (ours and HF; no CTranslate2) or int8 (dynamic quantization of all three)")
+                   help="fp32, bf16 (CTranslate2 on GPUs only), fp16 (CUDA only) or int8 (CPU only: dynamic "
+                        "quantization of all three)")
     p.add_argument("--floor", action="store_true",
                    help="also time our matrix multiplies alone: their share of our time, and HF's time / theirs "
                         "(the most any implementation doing these multiplies could gain over HF)")
+    p.add_argument("--as-gpu", action="store_true", help=argparse.SUPPRESS)  # the GPU path on CPU: tests its logic
     args = p.parse_args()
+    device = device_from(args.device)
+    gpu = device.type == "cuda" or args.as_gpu
+    check_dtype(args.dtype, device, args.as_gpu)
+    if device.type == "cuda" and (args.mkl_linear or args.unpacked or args.clock == "cpu"):
+        raise SystemExit("error: --mkl-linear, --unpacked and --clock cpu are CPU options")
     if args.marian_dir:
         args.configs = "marian-dir"
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as workdir, OtherLoad() as load:
-        rows = [row for name in args.configs.split(",") for row in bench(name, args, workdir)]
-    print(f"\nbeam {BEAM} decoding, {args.length} tokens per sentence (median of {args.repeats}, "
-          f"{args.threads} threads, {args.clock} clock, {args.dtype}, torch {torch.__version__}, "
-          f"other processes' CPU share "
+        rows = [row for name in args.configs.split(",") for row in bench(name, args, workdir, device, gpu)]
+    where = f"on {device_label(device)}" if gpu else f"{args.threads} threads, {args.clock} clock"
+    print(f"\nbeam {BEAM} decoding, {args.length} tokens per sentence (median of {args.repeats}, {where}, "
+          f"{args.dtype}, torch {torch.__version__}, other processes' CPU share "
           f"during the run: {load}); ratio = ours speed / peer speed (in brackets: median of per-round ratios)")
     header = ["config", "batch", "ours tok/s", "ours sent/s", "hf tok/s", "hf sent/s", "ct2 tok/s", "ct2 sent/s",
               "ours/hf", "ours/ct2"]
