@@ -51,8 +51,8 @@ gpu: $(STAMP)
 	  || { echo "make gpu: torch sees no CUDA GPU here (no GPU, or a CPU-only torch: install a CUDA build first)"; exit 1; }
 	$(PIP) install -q -e ".[bench]"
 	$(PYTHON) -m pytest -m gpu -v -rs || [ $$? -eq 5 ]
-	$(PYTHON) bench/train.py --device cuda --configs base,big --dtype bf16
-	$(PYTHON) bench/train.py --device cuda --configs base,big --dtype fp16
+	$(PYTHON) bench/train.py --device cuda --configs base,big --dtype bf16 --vocab 32000 --max-tokens 16384
+	$(PYTHON) bench/train.py --device cuda --configs base,big --dtype fp16 --vocab 32000 --max-tokens 16384
 	$(PYTHON) bench/translate.py --device cuda --configs base --dtype fp16 --batches 32,1
 
 # Multi30k: prepare -> train (60-minute budget) -> translate test2016 -> score, timing each stage.
