@@ -1,5 +1,7 @@
 """Shared fixtures and helpers: a small prepared demo corpus, a tiny-model config for fast CPU tests, and
-the one way to run the command line (in-process, or as a `python -m nmt` child) and check a refusal."""
+the one way to run the command line (in-process, or as a `python -m nmt` child) and check a refusal. The suite
+runs on the CPU even where a GPU is present, except the tests marked `gpu` (tests/test_gpu.py): see
+"no CUDA unless marked gpu" below."""
 
 from __future__ import annotations
 
@@ -21,6 +23,52 @@ from nmt.demo import write_demo
 from nmt.prepare import prepare
 
 torch.set_num_threads(1)  # tiny models gain nothing from threads; avoids OpenMP oversubscription
+
+# ---- no CUDA unless marked gpu
+#
+# The suite's facts are CPU facts (CPULinear layers, fp16 refused, `cuda:0` refused, a bit-exact resume, gloo
+# ranks, the "auto" precision), but "auto" devices pick a GPU wherever there is one. So no test sees CUDA unless
+# it is marked `gpu`: in this process torch.cuda.is_available() is False and torch.cuda.device_count() 0, and
+# CUDA_VISIBLE_DEVICES="" hides the GPUs from the processes tests start (nmt_env children, torchrun, mp.spawn,
+# servers). That holds from pytest_configure on, so session and module fixtures (demo_run, a module's
+# Translator) and environments captured at import (test_serve's ENV) see no GPU either; the autouse fixture
+# `cuda_only_for_gpu_tests` gives a test marked gpu the real CUDA and environment back for its duration.
+# The real answers are read first, at import: torch.cuda.is_available() counts the devices once, when first
+# asked, from CUDA_VISIBLE_DEVICES as it is then, so asking now keeps this process's GPUs for the gpu tests;
+# torch.cuda.device_count() reads CUDA_VISIBLE_DEVICES on every call ("" makes it 0), so a skipif needs it from here.
+CUDA_AVAILABLE = torch.cuda.is_available()
+CUDA_DEVICES = torch.cuda.device_count()
+REAL_CUDA = {"is_available": torch.cuda.is_available, "device_count": torch.cuda.device_count}
+REAL_VISIBLE_DEVICES = os.environ.get("CUDA_VISIBLE_DEVICES")  # None: unset
+_session_cuda = pytest.MonkeyPatch()
+
+
+def hide_cuda(mp: pytest.MonkeyPatch) -> None:
+    """No CUDA for this process (torch.cuda answers none) and for the processes it starts (the environment)."""
+    mp.setattr(torch.cuda, "is_available", lambda: False)
+    mp.setattr(torch.cuda, "device_count", lambda: 0)
+    mp.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+def show_cuda(mp: pytest.MonkeyPatch) -> None:
+    """The real torch.cuda answers and the CUDA_VISIBLE_DEVICES pytest started with."""
+    for name, real in REAL_CUDA.items():
+        mp.setattr(torch.cuda, name, real)
+    if REAL_VISIBLE_DEVICES is None:
+        mp.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        mp.setenv("CUDA_VISIBLE_DEVICES", REAL_VISIBLE_DEVICES)
+
+
+@pytest.fixture(autouse=True)
+def cuda_only_for_gpu_tests(request, monkeypatch):
+    """A test marked gpu sees the machine's CUDA; every other test sees none (as the whole session does)."""
+    if request.node.get_closest_marker("gpu") is not None:
+        show_cuda(monkeypatch)
+    else:
+        hide_cuda(monkeypatch)  # already so since pytest_configure; again in case something changed it
+    yield
+
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
@@ -54,7 +102,8 @@ def run_cli(*args: str | Path, input: bytes | str | None = None) -> Result:
 
 
 def nmt_env(**extra: str) -> dict[str, str]:
-    """The environment of an nmt child process: this checkout's nmt, one OpenMP thread, then `extra`."""
+    """The environment of an nmt child process: this checkout's nmt, one OpenMP thread, then `extra`. It
+    carries CUDA_VISIBLE_DEVICES="" (no GPU) except in tests marked gpu (see "no CUDA unless marked gpu")."""
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **extra}
 
 
@@ -153,6 +202,11 @@ def pytest_configure(config):
 
     if config.getoption("--long"):
         os.environ["NMT_LONG_TESTS"] = "1"  # read by test modules at import (hypothesis example counts)
+    hide_cuda(_session_cuda)  # before collection imports the test modules: see "no CUDA unless marked gpu"
+
+
+def pytest_unconfigure(config):
+    _session_cuda.undo()
 
 
 def pytest_collection_modifyitems(config, items):
