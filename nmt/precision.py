@@ -129,7 +129,7 @@ def prepare(model: nn.Module, device: torch.device, precision: Precision, traini
     in the precision's dtype; on CPU, Linear layers (the output projection too) through oneDNN with
     prepacked weights, or, for int8, dynamically quantized ones."""
     if device.type == "cuda":
-        use_tf32()
+        use_tf32(training)
     if training:
         model.to(device)
         if device.type == "cpu":
@@ -146,12 +146,13 @@ def prepare(model: nn.Module, device: torch.device, precision: Precision, traini
     return model
 
 
-def use_tf32() -> None:
-    """fp32 matrix products and convolutions on a GPU's tensor cores in TF32 (fp32 range, a 10-bit
-    mantissa), as the fp32 parts of mixed precision (and fp32 runs) are computed by most trainers; ~8x
-    the fp32 throughput on an A100/H100. Process-wide: torch's own switch."""
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
+def use_tf32(enabled: bool) -> None:
+    """Training on a GPU: fp32 matrix products and convolutions on the tensor cores in TF32 (fp32 range, a
+    10-bit mantissa), as most trainers compute the fp32 parts of mixed precision (and fp32 runs); ~8x the
+    fp32 throughput on an A100/H100. Off for decoding: `--dtype fp32` there means fp32 (bf16/fp16 are the
+    fast choices). Process-wide: torch's own switch."""
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
 
 
 def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractContextManager:

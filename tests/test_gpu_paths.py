@@ -216,7 +216,7 @@ def test_autocast_dtype_on_torch_before_2_4(monkeypatch):
 # ---------------------------------------------------------------- GPU settings
 
 
-def test_gpu_models_compute_fp32_in_tf32(monkeypatch):
+def test_gpu_training_computes_fp32_in_tf32_and_decoding_does_not(monkeypatch):
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
 
@@ -226,6 +226,9 @@ def test_gpu_models_compute_fp32_in_tf32(monkeypatch):
 
     precision.prepare(Model(), torch.device("cuda", 0), precision.Precision("bf16"), training=True)
     assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    monkeypatch.setattr(precision.kernels, "swap_linears", lambda *a, **k: pytest.fail("CPU kernels on a GPU"))
+    precision.prepare(Model(), torch.device("cuda", 0), precision.Precision("fp32"), training=False)
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32  # fp32 decoding: fp32
 
 
 def test_each_rank_takes_its_own_gpu(monkeypatch):
