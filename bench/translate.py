@@ -262,13 +262,11 @@ def contestants(name: str, args, workdir: str, use_ct2: bool):
     from nmt import checkpoint
     from nmt.config import config_from_dict
     from nmt.marian import import_model
-    from nmt.tokenizer import Tokenizer
-    from nmt.translator import build_model
 
     model_dir = Path(args.marian_dir) if name == "marian-dir" else opus_mt_dir(Path(workdir) / name)
     state = checkpoint.load(import_model(str(model_dir), Path(workdir) / f"{name}.pt"))
-    tokenizer = Tokenizer.from_state(state["tokenizer"])
-    ours_model = build_model(state, tokenizer).eval()
+    tokenizer = state.tokenizer()
+    ours_model = state.build_model(tokenizer).eval()
     hf_model = MarianMTModel.from_pretrained(model_dir, attn_implementation="sdpa").eval()
     ct2 = ct2_marian(model_dir, f"{workdir}/{name}") if use_ct2 else None
     special = tokenizer.special_ids

@@ -9,6 +9,7 @@ states, sampler position, counters).
 
 from __future__ import annotations
 
+import codecs
 import zipfile
 import zlib
 from collections.abc import Sequence
@@ -22,6 +23,10 @@ from nmt.errors import CheckpointError, NmtError, first_line
 from nmt.io import atomic_write
 from nmt.model import Transformer
 from nmt.tokenizer import Tokenizer
+
+# The tokenizer models in a checkpoint are bytes, which torch.save pickles as _codecs.encode(str, "latin1"):
+# torch.load(weights_only=True) allows that by itself from torch 2.5 on, torch 2.4 needs it named.
+torch.serialization.add_safe_globals([codecs.encode])
 
 FORMAT = "nmt-checkpoint"
 VERSION = 2  # 2: the output projection is a module, `output.weight` (the tied embedding) and `output.bias`
@@ -178,9 +183,9 @@ def save(state: dict[str, Any], path: str | Path) -> None:
 def _damaged_member(path: Path) -> str | None:
     """The first record of a torch zip archive whose CRC-32 does not match (torch.load does not check them:
     a flipped bit in the weights would load silently), or None. Non-zip files are left to torch.load."""
-    if not zipfile.is_zipfile(path):
-        return None
     try:
+        if not zipfile.is_zipfile(path):  # it raises too, e.g. BadZipFile for a damaged end record
+            return None
         with zipfile.ZipFile(path) as archive:
             return archive.testzip()
     except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error) as e:

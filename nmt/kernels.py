@@ -143,15 +143,8 @@ class _OneDNNLinear(torch.autograd.Function):
 
 
 def autocast_dtype(device_type: str) -> torch.dtype | None:
-    """The dtype autocast computes in on this device type now, None when autocast is off. torch < 2.4 has
-    no device-type argument to these queries: its per-device functions are used there."""
-    try:
-        enabled = torch.is_autocast_enabled(device_type)
-    except TypeError:  # torch < 2.4
-        if device_type == "cpu":
-            return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
-        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
-    return torch.get_autocast_dtype(device_type) if enabled else None
+    """The dtype autocast computes in on this device type now, None when autocast is off."""
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
 
 
 def _cpu_autocast() -> bool:

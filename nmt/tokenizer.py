@@ -275,7 +275,8 @@ class Tokenizer:
                 "src_vocab": self.src_vocab, "tgt_vocab": self.tgt_vocab, "normalize": self.normalize}
 
     def to_state(self) -> dict[str, Any]:
-        """Plain dict of bytes/str (checkpoint-friendly, works with torch.load(weights_only=True))."""
+        """Plain dict of bytes/str (checkpoint-friendly, works with torch.load(weights_only=True); on torch 2.4
+        once nmt.checkpoint is imported, which allows bytes there)."""
         return {"src_model": self._src_model, "tgt_model": self._tgt_model, "src_lang": self.src_lang,
                 "tgt_lang": self.tgt_lang, "normalize": self.normalize, "src_vocab": self.src_vocab,
                 "tgt_vocab": self.tgt_vocab}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 import zipfile
 
 import pytest
@@ -196,21 +195,10 @@ def test_the_loss_chunk_is_sized_per_device():
     assert chunk_rows(torch.device("cuda", 0), 32_000) == 2097  # a 4,096-token batch in two chunks
 
 
-def test_autocast_dtype_on_torch_before_2_4(monkeypatch):
-    """torch < 2.4 has no device argument to is_autocast_enabled (the declared floor is 2.3)."""
-    real = torch.is_autocast_enabled
-
-    def old_is_autocast_enabled(*args):
-        if args:
-            raise TypeError("is_autocast_enabled() takes 0 positional arguments but 1 was given")
-        return real("cuda")
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # the old functions, deprecated in new torch
-        for enabled, expected in ((False, None), (True, torch.bfloat16)):
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled), monkeypatch.context() as patch:
-                patch.setattr(torch, "is_autocast_enabled", old_is_autocast_enabled)
-                assert kernels.autocast_dtype("cpu") == expected
+def test_autocast_dtype_reads_the_device_types_autocast():
+    assert kernels.autocast_dtype("cpu") is None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert kernels.autocast_dtype("cpu") == torch.bfloat16 and kernels.autocast_dtype("cuda") is None
 
 
 # ---------------------------------------------------------------- GPU settings
