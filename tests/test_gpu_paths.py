@@ -174,6 +174,40 @@ def test_a_checkpoint_records_the_batches_trained_on_not_those_read_ahead(demo_d
     assert saved["position"] == 3 and saved["epoch"] == 1
 
 
+def test_an_update_waits_for_the_device_once(demo_data, tmp_path, monkeypatch):
+    """Every read of a tensor's value by the host (item, tolist, float, bool) is a wait for the GPU there: an
+    update makes one, for the loss, NLL and gradient norm together."""
+    trainer = Trainer(tiny_config(demo_data, tmp_path / "run", "train.update_freq=3"), progress=False)
+    try:
+        batches = epochs(trainer.train_data, trainer.sampler, trainer.special, 0)
+        group = [next(batches).batch for _ in range(3)]
+        reads = []
+        for name in ("item", "tolist", "__float__", "__bool__", "__int__"):
+            real = getattr(torch.Tensor, name)
+            monkeypatch.setattr(torch.Tensor, name, lambda t, *a, _r=real, _n=name: reads.append(_n) or _r(t, *a))
+        stats = trainer.update(group)
+        monkeypatch.undo()
+    finally:
+        trainer.close()
+    assert reads == ["tolist"] and stats["loss"] > 0 and stats["gnorm"] > 0
+
+
+def test_rank_0_averages_after_the_other_ranks_are_released(demo_data, tmp_path, monkeypatch):
+    """Averaging reads several checkpoints: the other ranks must not wait for it inside a collective (NCCL's
+    timeout); they pass the final barrier first."""
+    trainer = Trainer(tiny_config(demo_data, tmp_path / "run", "train.max_updates=4", "train.save_every=2"),
+                      progress=False)
+    order = []
+    real_average = trainer.run_dir.average
+    monkeypatch.setattr(trainer.dist, "barrier", lambda: order.append("barrier"))
+    monkeypatch.setattr(trainer.run_dir, "average", lambda k: order.append("average") or real_average(k))
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    assert order == ["barrier", "average"]
+
+
 # ---------------------------------------------------------------- the loss without host syncs
 
 
