@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from nmt.errors import NmtError
+from nmt.loss import target_positions
 
 # Below this many examples per batch (budget / median size) the per-batch numpy overhead exceeds a plain loop.
 _SMALL_BATCH = 24
@@ -279,13 +280,9 @@ def split_batch(batch: Batch, pad: int) -> list[Batch]:
         pieces.append(Batch(
             src=src[:, :src_width], tgt_in=tgt_in[:, :tgt_width], tgt_out=tgt_out[:, :tgt_width],
             n_src_tokens=int((src != pad).sum()), n_tgt_tokens=int((tgt_out != pad).sum()),
-            index=batch.index[rows], tgt_positions=_positions(tgt_out[:, :tgt_width], pad),
+            index=batch.index[rows], tgt_positions=target_positions(tgt_out[:, :tgt_width], pad),
         ))
     return pieces
-
-
-def _positions(tgt_out: torch.Tensor, pad: int) -> torch.Tensor:
-    return (tgt_out.reshape(-1) != pad).nonzero().squeeze(1)
 
 
 def _pad_rows(seqs: Sequence[Sequence[int]], width_extra: int, offset: int, pad: int) -> tuple:
@@ -332,7 +329,7 @@ def collate(
         n_src_tokens=int(src_lens.sum()) + len(src_ids),
         n_tgt_tokens=int(tgt_lens.sum()) + len(tgt_ids),
         index=index,
-        tgt_positions=_positions(target, pad),
+        tgt_positions=target_positions(target, pad),
     )
 
 
