@@ -307,9 +307,9 @@ class Trainer:
         if self.valid_data is not None and not self.run_dir.best.exists():
             self.run_dir.save_best(self.snapshot(with_training=False))
         k = self.cfg.train.average_last
-        if k > 1 and min(k, len(self.run_dir.step_checkpoints())) >= 2:
-            self.report.info(f"averaged {min(k, len(self.run_dir.step_checkpoints()))} checkpoints into "
-                             f"{self.run_dir.average(k)}")
+        n = min(k, len(self.run_dir.step_checkpoints()))
+        if k > 1 and n >= 2:
+            self.report.info(f"averaged {n} checkpoints into {self.run_dir.average(k)}")
 
 
 def train(cfg: Config, *, force: bool = False, progress: bool | None = None) -> dict[str, Any]:
