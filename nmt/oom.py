@@ -47,9 +47,9 @@ class SplitOnOOM:
             if not pieces:
                 raise SkippedUpdate("out of memory on every sentence")
 
-    def _attempt(self, pieces: list[Batch], backward: Backward) -> tuple[int | None, torch.Tensor]:
-        """The index of the piece that ran out of memory (None if none did) and the sums so far."""
-        sums = torch.zeros(2)
+    def _attempt(self, pieces: list[Batch], backward: Backward) -> tuple[int | None, torch.Tensor | None]:
+        """The index of the piece that ran out of memory and None, or None and the sums when all fit."""
+        sums = None
         for i, batch in enumerate(pieces):
             try:
                 piece = backward(batch, i == len(pieces) - 1)
@@ -60,10 +60,10 @@ class SplitOnOOM:
                     raise NmtError(f"out of memory at update {self.counters.step + 1} on rank {self.rank}; "
                                    "lower train.max_tokens (and raise train.update_freq)") from None
                 break  # outside `except`: the failed batch's traceback and activations are freed
-            sums = piece if i == 0 else sums + piece
+            sums = piece if sums is None else sums + piece
         else:
             return None, sums
-        return i, sums
+        return i, None
 
     def _halve_or_drop(self, pieces: list[Batch], i: int) -> list[Batch]:
         batch, step = pieces[i], self.counters.step + 1
