@@ -32,9 +32,7 @@ class Dist:
         """Element-wise sum over ranks (float64)."""
         if self.world == 1:
             return values
-        t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        dist.all_reduce(t)
-        return t.tolist()
+        return self.sum_(torch.tensor(values, dtype=torch.float64, device=self.device)).tolist()
 
     def sum_(self, t: torch.Tensor) -> torch.Tensor:
         """`t` (on this process's device) summed over ranks in place, without waiting on the host."""
