@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from nmt.errors import ConfigError, first_line
+from nmt.serve_config import ServeConfig, check_serve
 
 
 @dataclass
@@ -147,21 +148,6 @@ class DecodeConfig:
     nbest: int = 1
     max_input_tokens: int = 1000  # longer inputs are truncated with a warning
     prefix: str | None = None  # a source vocabulary entry put before every line, e.g. >>fra<< (multilingual OPUS-MT)
-
-
-@dataclass
-class ServeConfig:
-    """`nmt serve`: where it listens, how it batches, and what one request may ask for."""
-
-    host: str = "127.0.0.1"
-    port: int = 5000  # LibreTranslate's port
-    batching: bool = True  # false: one request at a time (for comparison; the OpenNMT-py server's way)
-    max_delay_ms: float = 20.0  # longest the free model waits for the clients it just answered (see nmt.serve.batcher)
-    max_body_bytes: int = 1_000_000  # request body (413 above)
-    max_sentences: int = 128  # sentences (lines) per request (400 above)
-    max_chars: int = 2000  # characters per sentence (400 above)
-    max_beam: int = 16  # largest beam (and n-best) a request may ask for
-    shutdown_timeout: float = 60.0  # seconds in-flight requests get to finish on SIGTERM/Ctrl-C
 
 
 @dataclass
@@ -384,17 +370,4 @@ def check_decode(d: DecodeConfig) -> None:
         (d.max_input_tokens > 0, "decode.max_input_tokens must be > 0"),
         (d.length_penalty_type in LENGTH_PENALTY_TYPES,
          f"decode.length_penalty_type must be {'|'.join(LENGTH_PENALTY_TYPES)}"),
-    ])
-
-
-def check_serve(s: ServeConfig) -> None:
-    _check([
-        (0 <= s.port < 2**16, f"serve.port must be in [0, 65535], got {s.port}"),
-        (math.isfinite(s.max_delay_ms) and s.max_delay_ms >= 0,
-         f"serve.max_delay_ms must be finite and >= 0, got {s.max_delay_ms}"),
-        *[(value > 0, f"serve.{key} must be > 0, got {value}") for key, value in
-          (("max_body_bytes", s.max_body_bytes), ("max_sentences", s.max_sentences), ("max_chars", s.max_chars),
-           ("max_beam", s.max_beam))],
-        (math.isfinite(s.shutdown_timeout) and s.shutdown_timeout > 0,
-         f"serve.shutdown_timeout must be finite and > 0, got {s.shutdown_timeout}"),
     ])

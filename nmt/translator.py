@@ -48,6 +48,7 @@ class Translation:
     src_ids: list[int]
     hypotheses: list[Hypothesis]
     text: list[str]
+    truncated_from: int = 0  # the line's source tokens when they were more than max_input_tokens
 
 
 class Translator:
@@ -126,11 +127,12 @@ class Translator:
         prefix, max_src = self._prefix_id(decode.prefix), self.max_src(**search)
         sources = list(lines)
         ids = [prefix + seq for seq in self.tokenizer.encode_src(sources)]  # cleaned like the training data
-        for i, seq in enumerate(ids):
-            if len(seq) > max_src:
-                self.warn(f"input line {first_line + i}: {len(seq)} tokens, truncated to {max_src}")
-                ids[i] = seq[:max_src]
-        results = [Translation(s, seq, [], [""]) for s, seq in zip(sources, ids)]
+        results = [Translation(s, seq[:max_src], [], [""], len(seq) if len(seq) > max_src else 0)
+                   for s, seq in zip(sources, ids)]
+        for i, r in enumerate(results):
+            if r.truncated_from:
+                self.warn(f"input line {first_line + i}: {r.truncated_from} tokens, truncated to {max_src}")
+        ids = [r.src_ids for r in results]
         todo = [i for i, seq in enumerate(ids) if len(seq) > len(prefix)]  # an empty line stays empty
         if not todo:
             return results

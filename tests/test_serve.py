@@ -191,7 +191,7 @@ def test_health_is_503_until_the_model_is_loaded():
 
     limits = Config().serve
     service = Service(slow_load, limits)
-    with TestClient(create_app(service, limits)) as client:
+    with TestClient(create_app(service, limits), base_url="http://localhost") as client:
         loading = client.get("/health")
         assert loading.status_code == 503 and loading.json() == {"status": "loading"}
         early = client.post("/v1/translate", json={"sentences": ["forty-two"]})
@@ -220,7 +220,7 @@ def test_a_failing_batch_is_a_json_500_and_the_server_lives_on():
         return model
 
     limits = Config().serve
-    with TestClient(create_app(Service(load, limits), limits)) as client:
+    with TestClient(create_app(Service(load, limits), limits), base_url="http://localhost") as client:
         for _ in range(600):
             if client.get("/health").status_code == 200:
                 break
@@ -470,7 +470,7 @@ BAD = [
     Bad("a sentence not a string", "/v1/translate", 422, "sentences.1", json={"sentences": ["a", 2]}),
     Bad("scores not a bool", "/v1/translate", 422, "scores", json={"sentences": ["a"], "scores": "maybe"}),
     Bad("misspelt option", "/v1/translate", 422, "", json={"sentences": ["a"], "nbets": 2}),
-    Bad("a list body", "/v1/translate", 422, "", json=["a"]),
+    Bad("a list body", "/v1/translate", 400, "object", json=["a"]),
     Bad("line break in a sentence", "/v1/translate", 422, "line break", json={"sentences": ["a\nb"]}),
     Bad("q missing", "/translate", 400, "q", json={"source": "en", "target": "de"}),
     Bad("q a number", "/translate", 400, "q", json={"q": 3}),

@@ -1,5 +1,6 @@
 """The HTTP app of `nmt serve`: one Service behind the native API and the LibreTranslate dialect, errors as
-JSON. Its lifespan starts the model thread and, once uvicorn has answered the requests in flight, stops it."""
+JSON, requests through the guards (Host, CORS, body limits). Its lifespan starts the model thread and, once
+uvicorn has answered the requests in flight, stops it."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ import asyncio
 import contextlib
 from typing import Any
 
-from nmt.config import ServeConfig
 from nmt.serve import libretranslate
-from nmt.serve.http_errors import add_error_handling
-from nmt.serve.native import Api
+from nmt.serve.guards import add_guards
+from nmt.serve.http_errors import add_error_handlers
+from nmt.serve.native import Api, NativeRequest
 from nmt.serve.web import FastAPI
 from nmt.serve.worker import Service
+from nmt.serve_config import ServeConfig
 
 
 def create_app(service: Service, limits: ServeConfig, api_key: str | None = None) -> FastAPI:
@@ -25,10 +27,12 @@ def create_app(service: Service, limits: ServeConfig, api_key: str | None = None
         await asyncio.to_thread(service.stop)  # in-flight requests are answered by now: uvicorn waited for them
 
     app = FastAPI(title="nmt serve", summary="Transformer translation with dynamic batching", lifespan=lifespan)
-    add_error_handling(app, limits.max_body_bytes)
+    add_guards(app, limits)
+    add_error_handlers(app)
     app.get("/health", summary="200 once the model is loaded, 503 before")(api.health)
     app.get("/v1/info", summary="Model, languages, decode settings, limits")(api.info)
-    app.post("/v1/translate", summary="Translate sentences with per-request beam / n-best / scores")(api.native)
+    app.post("/v1/translate", summary="Translate sentences with per-request beam / n-best / scores",
+             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                 "schema": NativeRequest.model_json_schema()}}}})(api.native)
     libretranslate.add_routes(app, api)
     return app
-

@@ -9,43 +9,55 @@ for company, and only while company is due: the clients of the batch it has just
 next request at once, and waiting the few milliseconds they take merges them into one batch, where they would
 otherwise trickle into two half batches that then alternate for good. One client sending a request at a time
 never waits. Futures cancelled before their batch starts (their client left) are dropped unrun.
+
+Under load it stays fair and bounded:
+- fair: sentences are taken in fair-queueing order over clients (nmt.serve.fairqueue), so one sending a single
+  sentence is in the next batch while another has thousands queued;
+- bounded: the queue holds at most `max_queue_seconds` of work at the measured throughput (`rate`, characters
+  per second); past it `submit` raises Full, which says when to retry;
+- closing (shutdown) keeps the queued requests that fit in the time given, fails the others at once with Closed,
+  and fails what is still queued at that deadline.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any
+
+from nmt.serve.fairqueue import FairQueue, Job
 
 Run = Callable[[Any, list[str]], Sequence[Any]]  # (options, sentences) -> one result per sentence, in order
 
 
 class Closed(RuntimeError):
-    """Work submitted after close()."""
+    """Work submitted after close(), or queued work that close() could not fit in its time."""
 
 
-@dataclass
-class Job:
-    text: str
-    options: Hashable  # only jobs with equal options share a batch (one search setting per batch)
-    request: int  # the request it came from: with batching off, a batch is one request's sentences
-    arrived: float
-    future: Future = field(default_factory=Future)
-    cost: int | None = None  # source tokens + EOS; the batch's padded cost is counted against the budget
+class Full(RuntimeError):
+    """The queue holds max_queue_seconds of work already."""
+
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class Batcher:
     def __init__(self, run: Run, cost: Callable[[str], int], max_cost: int, max_delay: float,
-                 batching: bool = True, clock: Callable[[], float] = time.monotonic):
+                 batching: bool = True, clock: Callable[[], float] = time.monotonic,
+                 max_queue_seconds: float = math.inf):
         self._run, self._cost, self._clock = run, cost, clock
         self.max_cost, self.max_delay, self.batching = max_cost, max_delay, batching
-        self._pending: list[Job] = []
+        self.max_queue_seconds = max_queue_seconds
+        self.rate: float | None = None  # characters per second the model translates (None: unknown, no bound)
+        self._queue = FairQueue()
         self._cond = threading.Condition()
         self._closed = False
+        self._deadline = math.inf  # once closed: queued work still there at this time fails
         self._request_ids = itertools.count()
         self._due = 0  # sentences the next batch waits for (see _finished)
         self._free_since = clock()  # when the model last became free
@@ -54,23 +66,45 @@ class Batcher:
 
     @property
     def queued(self) -> int:
-        return len(self._pending)
+        return len(self._queue)
 
-    def submit(self, texts: Sequence[str], options: Hashable) -> list[Future]:
+    @property
+    def queued_seconds(self) -> float | None:
+        return self._queue.chars / self.rate if self.rate else None
+
+    def submit(self, texts: Sequence[str], options: Hashable, client: Hashable = None) -> list[Future]:
         """Queue one request's sentences; returns a future per sentence, in order."""
         request, now = next(self._request_ids), self._clock()
         jobs = [Job(t, options, request, now) for t in texts]
+        chars = sum(j.chars for j in jobs)
         with self._cond:
             if self._closed:
                 raise Closed("the server is shutting down")
-            self._pending.extend(jobs)
+            self._check_room(chars)
+            self._queue.add(jobs, client)
             self._cond.notify()
         return [j.future for j in jobs]
 
-    def close(self) -> None:
-        """No more submissions; serve_forever finishes what is queued, then returns."""
+    def _check_room(self, chars: int) -> None:
+        """Full when this request would take the queue past max_queue_seconds (a request alone may: it would
+        otherwise never be served)."""
+        queued = self._queue.chars
+        if self.rate is None or not queued:
+            return
+        if queued + chars > self.rate * self.max_queue_seconds:
+            wait = queued / self.rate
+            raise Full(f"the server is busy: {wait:.0f} s of work queued, the limit serve.max_queue_seconds="
+                       f"{self.max_queue_seconds:g}", retry_after=wait)
+
+    def close(self, within: float = math.inf) -> None:
+        """No more submissions; serve_forever runs what is queued, then returns. Given `within` seconds, the
+        queued requests that fit (in queue order, at the measured rate) still run; the others fail at once."""
         with self._cond:
             self._closed = True
+            self._deadline = min(self._deadline, self._clock() + within)
+            if math.isfinite(within) and self.rate:
+                kept = self._queue.fitting(within * self.rate)
+                self._queue.fail(lambda job: job.request not in kept, Closed("the server is shutting down"))
             self._cond.notify_all()
 
     def serve_forever(self) -> None:
@@ -82,9 +116,11 @@ class Batcher:
         with self._cond:
             due, self._due = self._due, 0
             while True:
-                while not self._pending and not self._closed:
+                while not self._queue and not self._closed:
                     self._cond.wait()
-                if not self._pending:
+                if self._closed and self._clock() > self._deadline:
+                    self._queue.fail(lambda job: True, Closed("the server is shutting down: not translated in time"))
+                if not self._queue:
                     return None  # closed and drained
                 self._wait_for_company(due)
                 batch = self._take()
@@ -96,8 +132,9 @@ class Batcher:
         sentence came or the model became free, whichever was later."""
         if not self.batching:
             return
-        deadline = max(self._pending[0].arrived, self._free_since) + self.max_delay
-        while not self._closed and len(self._pending) < due and self._queued_cost() < self.max_cost:
+        jobs = self._queue.jobs()
+        deadline = max(min(j.arrived for j in jobs), self._free_since) + self.max_delay
+        while not self._closed and len(self._queue) < due and self._queued_cost() < self.max_cost:
             left = deadline - self._clock()
             if left <= 0:
                 return
@@ -113,15 +150,17 @@ class Batcher:
         return job.cost
 
     def _queued_cost(self) -> int:
-        return len(self._pending) * max((self._cost_of(j) for j in self._pending), default=0)
+        jobs = self._queue.jobs()
+        return len(jobs) * max((self._cost_of(j) for j in jobs), default=0)
 
     def _take(self) -> list[Job]:
-        """The oldest job and every later one that may share its batch and fits the budget; the rest stay."""
-        live = [j for j in self._pending if not j.future.cancelled()]  # a client that left: its sentences go
+        """The first job in fair order and every later one that may share its batch and fits the budget."""
         batch: list[Job] = []
         rest: list[Job] = []
         longest = 0
-        for job in live:
+        for job in self._queue.jobs():
+            if job.future.cancelled():  # a client that left: its sentences go
+                continue
             first = batch[0] if batch else job
             fits = job.options == first.options and (self.batching or job.request == first.request)
             cost = self._cost_of(job)
@@ -131,17 +170,28 @@ class Batcher:
                     longest = max(longest, cost)
             else:
                 rest.append(job)
-        self._pending = rest
+        self._queue.keep(rest, batch)
         return batch
 
     def _finished(self, answered: int) -> None:
         """Company due for the next batch: what queued meanwhile, and the clients about to be answered coming back.
         Counted before any answer goes out: a client quick to send its next request must not count twice."""
         with self._cond:
-            self._due = len(self._pending) + answered
+            self._due = len(self._queue) + answered
             self._free_since = self._clock()
 
+    def _measured(self, batch: list[Job], seconds: float) -> None:
+        """Update the throughput from a batch: full batches say what the model does under load; a smaller one
+        only ever raises the estimate (it may be pessimistic: a start-up measurement, or a slower search)."""
+        rate = sum(j.chars for j in batch) / max(seconds, 1e-6)
+        full = len(batch) * max(self._cost_of(j) for j in batch) >= self.max_cost / 2
+        if self.rate is None:
+            self.rate = rate
+        elif full or rate > self.rate:
+            self.rate = 0.8 * self.rate + 0.2 * rate
+
     def _process(self, batch: list[Job]) -> None:
+        started = self._clock()
         try:
             results = self._run(batch[0].options, [j.text for j in batch])
             if len(results) != len(batch):  # else some futures would never be resolved: their clients would hang
@@ -152,6 +202,7 @@ class Batcher:
             return
         finally:
             self._finished(len(batch))
+        self._measured(batch, self._clock() - started)
         self.batches += 1
         self.sentences += len(batch)
         for job, result in zip(batch, results):

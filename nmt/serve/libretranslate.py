@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from nmt.errors import first_line
-from nmt.serve.http_errors import ApiError, validation_message
+from nmt.serve.bodies import form_or_json
+from nmt.serve.http_errors import ApiError, shown, validation_message
 from nmt.serve.native import Api
-from nmt.serve.web import BaseModel, FastAPI, Field, HTTPException, JSONResponse, Request, ValidationError
+from nmt.serve.web import BaseModel, FastAPI, Field, JSONResponse, Request, ValidationError
 
 
 class LibreRequest(BaseModel):
@@ -50,26 +50,29 @@ def add_routes(app: FastAPI, api: Api) -> None:
 
 async def translate(api: Api, request: Request) -> JSONResponse:
     """POST /translate: each line of each text is one model sentence; `alternatives` are n-best 2, 3, ..."""
-    body = await _form_or_json(request)
+    src, tgt = api.model().langs
+    body = await form_or_json(request)
+    api.authorize(request, body.get("api_key"))
     try:
         req = LibreRequest.model_validate(body)
     except ValidationError as e:
         raise ApiError(400, f"Invalid request: {validation_message(e.errors())}") from None
-    src, tgt = api.model().langs
-    api.authorize(request, req.api_key)
     if req.source.lower() not in ("auto", src):
-        raise ApiError(400, f"source language '{req.source}' is not available: this model translates {src}->{tgt}")
+        raise ApiError(400, f"source language '{shown(req.source)}' is not available: this model translates "
+                            f"{src}->{tgt}")
     if req.target is not None and req.target.lower() != tgt:
-        raise ApiError(400, f"target language '{req.target}' is not available: this model translates {src}->{tgt}")
+        raise ApiError(400, f"target language '{shown(req.target)}' is not available: this model translates "
+                            f"{src}->{tgt}")
     if req.format != "text":
-        raise ApiError(400, f"format '{req.format}' is not supported: this server translates plain text ('text')")
+        raise ApiError(400, f"format '{shown(req.format)}' is not supported: this server translates plain text "
+                            "('text')")
     texts = [req.q] if isinstance(req.q, str) else req.q
     lines = [text.replace("\r\n", "\n").split("\n") for text in texts]  # one model sentence per line
     flat = [line for item in lines for line in item]
     api.check_sentences(flat)
     k = req.alternatives
     if k >= api.limits.max_beam:
-        raise ApiError(400, f"alternatives {k} is over the limit serve.max_beam - 1 = {api.limits.max_beam - 1}",
+        raise ApiError(400, f"alternatives {shown(k)} is over the limit serve.max_beam - 1 = {api.limits.max_beam - 1}",
                        "serve.max_beam")
     beam = api.model().translator.decode.beam
     search = api.search(None if k < beam else k + 1, k + 1)  # LibreTranslate's alternatives: n-best 2, 3, ...
@@ -82,27 +85,3 @@ async def translate(api: Api, request: Request) -> JSONResponse:
                 for rs in per_text]
         answer["alternatives"] = alts[0] if isinstance(req.q, str) else alts
     return JSONResponse(answer)
-
-
-async def _form_or_json(request: Request) -> dict[str, Any]:
-    """The body as a dict: JSON, or a form (urlencoded or multipart), as LibreTranslate accepts both."""
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    try:
-        if kind == "application/json" or kind.endswith("+json"):
-            body = await request.json()
-            if not isinstance(body, dict):
-                raise ApiError(400, "Invalid request: the JSON body must be an object")
-            return body
-        if kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
-            form = await request.form()
-            values = {k: [v for v in form.getlist(k) if isinstance(v, str)] for k in form}  # uploaded files: ignored
-            return {k: v[0] if len(v) == 1 else v for k, v in values.items() if v}
-    except HTTPException:
-        raise
-    except ValueError as e:  # JSON (or its UTF-8) that does not parse
-        raise ApiError(400, f"malformed JSON body: {first_line(e)}") from None
-    except Exception as e:  # multipart parser errors differ between versions
-        raise ApiError(400, f"malformed form body: {first_line(e)}") from None
-    if not kind and not await request.body():
-        return {}
-    raise ApiError(415, f"unsupported content type '{kind}': send JSON or a form")

@@ -12,13 +12,17 @@ import logging
 from concurrent.futures import Future
 from typing import Any
 
-from nmt.config import ServeConfig
 from nmt.errors import first_line
-from nmt.serve.batcher import Closed
-from nmt.serve.http_errors import ApiError
-from nmt.serve.web import BaseModel, ConfigDict, Field, HTTPException, JSONResponse, Request
+from nmt.serve.batcher import Closed, Full
+from nmt.serve.bodies import json_object
+from nmt.serve.http_errors import ApiError, shown, validation_message
+from nmt.serve.ratelimit import RateLimits
+from nmt.serve.web import BaseModel, ConfigDict, Field, HTTPException, JSONResponse, Request, ValidationError
 from nmt.serve.worker import Model, Search, Service
+from nmt.serve_config import ServeConfig
 from nmt.translator import Translation
+
+log = logging.getLogger("uvicorn.error")
 
 
 class NativeRequest(BaseModel):
@@ -37,18 +41,32 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def _results(request: Request, futures: list[Future]) -> list[Any]:
-    """Await the sentences' results, or cancel what has not started once the client has left."""
+async def _results(request: Request, futures: list[Future], timeout: float) -> list[Any]:
+    """Await the sentences' results. When the client leaves, the request times out, or the handler is cancelled
+    (a shutdown past its time), what has not started is dropped from the queue."""
     gathered = asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+    gathered.add_done_callback(lambda g: g.cancelled() or g.exception())  # retrieved: no "never retrieved" log
     gone = asyncio.ensure_future(_disconnected(request))
     try:
-        await asyncio.wait({gathered, gone}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({gathered, gone}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        gathered.cancel()  # reaches the queued futures: the model thread drops them
+        raise
     finally:
         gone.cancel()
-    if not gathered.done():
-        gathered.cancel()  # reaches the queued futures: the model thread drops them
+    if gathered.done():
+        return gathered.result()
+    gathered.cancel()
+    if gone.done() and not gone.cancelled():
         raise ApiError(499, "client closed the request")
-    return gathered.result()
+    raise ApiError(503, f"not translated within serve.request_timeout={timeout:g} s (the server is busy)",
+                   "serve.request_timeout", retry_after=timeout)
+
+
+def _client(request: Request) -> tuple[str, int]:
+    """Who a request is from: its address and port (the connection), as uvicorn gives it (behind a trusted proxy,
+    the address it forwarded)."""
+    return (request.client.host, request.client.port) if request.client else ("unknown", 0)
 
 
 class Api:
@@ -56,21 +74,28 @@ class Api:
 
     def __init__(self, service: Service, limits: ServeConfig, api_key: str | None):
         self.service, self.limits, self.api_key = service, limits, api_key
+        self.rate_limits = RateLimits(limits)
         self.requests = 0  # translation requests being answered (event-loop thread only)
 
     # ---- checks
     def model(self) -> Model:
-        if self.service.model is None:
+        if self.service.batcher is None or self.service.model is None:
             raise ApiError(503, "the model is still loading (GET /health says when it is ready)")
         return self.service.model
 
-    def authorize(self, request: Request, key: str | None) -> None:
+    def authorize(self, request: Request, body_key: Any) -> None:
+        """The key of `Authorization: Bearer KEY`, else the body's api_key (LibreTranslate clients send it there);
+        anything else is 403."""
         if self.api_key is None:
             return
-        header = request.headers.get("authorization", "")
-        given = key if key is not None else header.removeprefix("Bearer ").strip() if header else None
-        if given is None or not hmac.compare_digest(given.encode(), self.api_key.encode()):
-            raise ApiError(403, "invalid or missing API key (api_key field or 'Authorization: Bearer KEY' header)")
+        header = request.headers.get("authorization")
+        scheme, _, token = (header or "").strip().partition(" ")
+        given = token.strip() if header is not None and scheme.lower() == "bearer" else None
+        if header is None and isinstance(body_key, str):
+            given = body_key
+        if given is None or not hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
+                                                    self.api_key.encode("utf-8", "surrogatepass")):
+            raise ApiError(403, "invalid or missing API key ('Authorization: Bearer KEY' header or api_key field)")
 
     def check_sentences(self, lines: list[str]) -> None:
         n, limit = len(lines), self.limits
@@ -87,7 +112,7 @@ class Api:
         decode, limit = self.model().translator.decode, self.limits.max_beam
         for name, value in (("beam", beam), ("nbest", nbest)):
             if value is not None and value > limit:
-                raise ApiError(400, f"{name} {value} is over the limit serve.max_beam={limit}", "serve.max_beam")
+                raise ApiError(400, f"{name} {shown(value)} is over the limit serve.max_beam={limit}", "serve.max_beam")
         beam = decode.beam if beam is None else beam
         nbest = min(decode.nbest, beam) if nbest is None else nbest
         if nbest > beam:
@@ -95,20 +120,31 @@ class Api:
         return Search(beam, nbest)
 
     async def translate(self, request: Request, lines: list[str], search: Search) -> list[Translation]:
+        client = _client(request)
+        self.rate_limits.check(client[0], sum(map(len, lines)))
         try:
-            futures = self.service.batcher.submit(lines, search)
+            futures = self.service.batcher.submit(lines, search, client)
+        except Full as e:
+            raise ApiError(503, str(e), "serve.max_queue_seconds", retry_after=e.retry_after) from None
         except Closed as e:
-            raise ApiError(503, str(e)) from None
+            raise ApiError(503, str(e), retry_after=5) from None
         self.requests += 1
         try:
-            return await _results(request, futures)
+            results = await _results(request, futures, self.limits.request_timeout)
         except HTTPException:
             raise
+        except Closed as e:  # shutdown came before its turn
+            raise ApiError(503, str(e), retry_after=5) from None
         except Exception as e:  # the model failed on this batch: the operator gets the traceback, the client a line
-            logging.getLogger("uvicorn.error").error("translation failed", exc_info=e)
+            log.error("translation failed", exc_info=e)
             raise ApiError(500, f"translation failed: {first_line(e)}") from None
         finally:
             self.requests -= 1
+        for i, r in enumerate(results, 1):
+            if r.truncated_from:
+                log.warning("request from %s:%d: sentence %d has %d tokens, translated its first %d", *client, i,
+                            r.truncated_from, len(r.src_ids))
+        return results
 
     # ---- endpoints
     async def health(self) -> JSONResponse:  # async: FastAPI would run a plain def on a worker thread
@@ -117,8 +153,11 @@ class Api:
         batcher = self.service.batcher
         if batcher is None:
             return JSONResponse({"status": "loading"}, status_code=503)
+        seconds = batcher.queued_seconds
         return JSONResponse({"status": "ready", "requests": self.requests, "queued": batcher.queued,
-                             "batches": batcher.batches, "sentences": batcher.sentences})
+                             "queued_seconds": None if seconds is None else round(seconds, 3),
+                             "batches": batcher.batches, "sentences": batcher.sentences,
+                             "characters_per_second": round(batcher.rate or 0)})
 
     async def info(self) -> JSONResponse:
         m = self.model()
@@ -131,16 +170,21 @@ class Api:
             "serve": {k: v for k, v in dataclasses.asdict(self.limits).items() if k not in ("host", "port")},
         })
 
-    async def native(self, request: Request, body: NativeRequest) -> JSONResponse:
+    async def native(self, request: Request) -> JSONResponse:
         self.model()
-        self.authorize(request, body.api_key)
-        for i, s in enumerate(body.sentences, 1):
+        body = await json_object(request)
+        self.authorize(request, body.get("api_key"))
+        try:
+            req = NativeRequest.model_validate(body)
+        except ValidationError as e:
+            raise ApiError(422, validation_message(e.errors())) from None
+        for i, s in enumerate(req.sentences, 1):
             if "\n" in s or "\r" in s:
                 raise ApiError(422, f"sentence {i} holds a line break: send each line as its own sentence")
-        self.check_sentences(body.sentences)
-        search = self.search(body.beam, body.nbest)
-        results = await self.translate(request, body.sentences, search)
-        return JSONResponse({"translations": [_native_answer(r, search.nbest, body.scores) for r in results]})
+        self.check_sentences(req.sentences)
+        search = self.search(req.beam, req.nbest)
+        results = await self.translate(request, req.sentences, search)
+        return JSONResponse({"translations": [_native_answer(r, search.nbest, req.scores) for r in results]})
 
 
 def _native_answer(r: Translation, nbest: int, scores: bool) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The serve extra (FastAPI, uvicorn, pydantic, python-multipart), imported here and nowhere else: every HTTP
+"""The serve extra (FastAPI, uvicorn, pydantic, python-multipart, limits), imported here and nowhere else: every HTTP
 module of `nmt serve` takes its names from this one, so that without the extra `nmt serve` is one error line
 naming it (like plotting without matplotlib), whichever module is imported first."""
 
@@ -8,6 +8,7 @@ from nmt.errors import NmtError
 
 INSTALL_HINT = "serving needs FastAPI and uvicorn: pip install 'nmt[serve]'"
 try:
+    import limits  # noqa: F401  (rate limits, nmt.serve.ratelimit)
     import python_multipart  # noqa: F401  (form bodies, as LibreTranslate clients send them)
     import uvicorn
     from fastapi import FastAPI, Request

@@ -5,6 +5,7 @@ Needs no FastAPI."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,14 +70,22 @@ class Service:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
-        """Finish what is queued and end the model thread (a load still running is abandoned: daemon)."""
+    def drain(self, within: float) -> None:
+        """Shutdown begins: take no more work; queued requests that fit in `within` seconds are still translated,
+        the others are answered 503 at once."""
         with self._lock:
             self._stopped = True
             batcher = self.batcher
         if batcher is not None:
-            batcher.close()
+            batcher.close(within)
+
+    def stop(self) -> bool:
+        """Finish what is queued and end the model thread (a load still running is abandoned: daemon). False
+        if the model thread is still busy after serve.shutdown_timeout."""
+        self.drain(self.limits.shutdown_timeout)
+        if self.batcher is not None:
             self._thread.join(self.limits.shutdown_timeout)
+        return not (self.batcher is not None and self._thread.is_alive())
 
     def _main(self) -> None:
         if self._threads > 0:
@@ -89,14 +98,34 @@ class Service:
             return
         t = model.translator
         batcher = Batcher(self._translate, self._cost, max_cost=t.decode.max_tokens,
-                          max_delay=self.limits.max_delay_ms / 1000, batching=self.limits.batching)
+                          max_delay=self.limits.max_delay_ms / 1000, batching=self.limits.batching,
+                          max_queue_seconds=self.limits.max_queue_seconds)
+        self.model = model  # for _cost and _translate; the endpoints wait for the batcher below
+        try:
+            batcher.rate = self._warm_up(t)
+        except Exception as e:  # the batches will fail and say why; the queue is bounded once one succeeds
+            console.print(f"[yellow]warning:[/yellow] warming up failed: {first_line(e)}")
         with self._lock:
             if self._stopped:
                 return
-            self.batcher = batcher  # first: the endpoints take a model that is set as ready to take work
-            self.model = model
-        console.print(f"ready: {'->'.join(model.langs)} on {t.device} in {t.precision}")
+            self.batcher = batcher  # the endpoints take a model that is set as ready to take work
+        console.print(f"ready: {'->'.join(model.langs)} on {t.device} in {t.precision} "
+                      f"(~{batcher.rate or 0:,.0f} characters/s)")
         batcher.serve_forever()
+
+    def _warm_up(self, t: Translator) -> float:
+        """Translate made-up sentences (a quarter of the token budget) before taking requests: the first batches of
+        a fresh process are slow, and the queue bound needs the model's throughput from the first request. Made of
+        the vocabulary's words, so the estimate is pessimistic (the output may run long); batches under load
+        raise it."""
+        pieces = t.tokenizer.src_id_pieces(list(range(t.tokenizer.src_vocab_size)))
+        words = [p[1:] for p in pieces if p.startswith("\u2581") and p[1:].isalpha()] or ["a"]
+        lines = [" ".join(words[(i * 7 + k) % len(words)] for k in range(12)) for i in range(64)]
+        rows = max(1, t.decode.max_tokens // 4 // (max(self._cost(line) for line in lines) or 1))
+        lines = (lines * (rows // len(lines) + 1))[:rows]
+        started = time.monotonic()
+        t.translate_chunk(lines)
+        return sum(len(line) + 1 for line in lines) / max(time.monotonic() - started, 1e-6)
 
     def _cost(self, text: str) -> int:
         """Source tokens (EOS included), as the decode token budget counts them."""

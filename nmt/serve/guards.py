@@ -1,0 +1,87 @@
+"""What every request passes before an endpoint sees it, as ASGI middleware: the Host check (against DNS
+rebinding), CORS (Starlette's own), and the body's size and time limits. Their errors are JSON like any other
+(Starlette's TrustedHostMiddleware answers plain text, hence the Host check here)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from nmt.serve.http_errors import ApiError, error_response, shown
+from nmt.serve.web import FastAPI
+from nmt.serve_config import ServeConfig
+
+Receive = Callable[[], Any]
+
+
+class HostCheck:
+    """400 for a Host header not in serve.allowed_hosts: a page on evil.example that resolves its name to
+    127.0.0.1 (DNS rebinding) sends `Host: evil.example`, so it cannot read a server that only answers its own
+    names."""
+
+    def __init__(self, app: Any, hosts: list[str]):
+        self.app, self.hosts = app, {h.lower().strip("[]") for h in hosts}
+
+    def allowed(self, host: str) -> bool:
+        name = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") else host
+        return "*" in self.hosts or name.lower().strip("[]") in self.hosts
+
+    async def __call__(self, scope: dict, receive: Receive, send: Callable) -> None:
+        if scope["type"] == "http":
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            if not self.allowed(host):
+                error = ApiError(400, f"host '{shown(host)}' is not served here (serve.allowed_hosts)",
+                                 "serve.allowed_hosts")
+                return await error_response(error)(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+class BodyLimits:
+    """413 for bodies over serve.max_body_bytes, by Content-Length before reading, else while reading (chunked
+    bodies); 408 for a body not received within serve.read_timeout (a Content-Length larger than what comes).
+    Once the body is in, receive() is passed through untimed: the endpoints wait on it for the client leaving."""
+
+    def __init__(self, app: Any, max_bytes: int, timeout: float):
+        self.app, self.max_bytes, self.timeout = app, max_bytes, timeout
+
+    def too_large(self) -> ApiError:
+        return ApiError(413, f"request body over the limit serve.max_body_bytes={self.max_bytes}",
+                        "serve.max_body_bytes")
+
+    async def __call__(self, scope: dict, receive: Receive, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.max_bytes:
+            return await error_response(self.too_large())(scope, receive, send)
+        seen, complete = 0, False
+        deadline = asyncio.get_running_loop().time() + self.timeout
+
+        async def limited() -> dict:
+            nonlocal seen, complete
+            if complete:
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
+            except asyncio.TimeoutError:
+                raise ApiError(408, f"request body not received within serve.read_timeout={self.timeout:g} s",
+                               "serve.read_timeout") from None
+            seen += len(message.get("body", b""))
+            complete = message["type"] != "http.request" or not message.get("more_body", False)
+            if seen > self.max_bytes:
+                raise self.too_large()
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def add_guards(app: FastAPI, limits: ServeConfig) -> None:
+    """Outermost first: the Host check, CORS (preflights answered before any limit), the body limits."""
+    from starlette.middleware.cors import CORSMiddleware
+
+    app.add_middleware(BodyLimits, max_bytes=limits.max_body_bytes, timeout=limits.read_timeout)
+    if limits.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=limits.cors_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"], max_age=600)
+    app.add_middleware(HostCheck, hosts=limits.hosts())
