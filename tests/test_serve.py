@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -266,13 +266,14 @@ def wait_ready(server: Server, seconds: float = 120) -> None:
 
 
 @contextlib.contextmanager
-def serving(tmp: Path, *args: str, checkpoint: Path = CHECKPOINT, **env: str) -> Iterator[Server]:
+def serving(tmp: Path, *args: str, checkpoint: Path = CHECKPOINT, preexec: Callable[[], None] | None = None,
+            **env: str) -> Iterator[Server]:
     port = free_port()
     log, out = tmp / f"serve-{port}.err", tmp / f"serve-{port}.out"
     with open(log, "wb") as err, open(out, "wb") as stdout:
         proc = subprocess.Popen([sys.executable, "-m", "nmt", "serve", "--checkpoint", str(checkpoint), "--port",
                                  str(port), "--dtype", "fp32", "--threads", "1", "--no-access-log", *args],
-                                stdout=stdout, stderr=err, env={**ENV, **env})
+                                stdout=stdout, stderr=err, env={**ENV, **env}, preexec_fn=preexec)
     server = Server(proc, f"http://127.0.0.1:{port}", log, out)
     try:
         wait_ready(server)

@@ -14,7 +14,7 @@ Under load it stays fair and bounded:
 - fair: sentences are taken in fair-queueing order over clients (nmt.serve.fairqueue), so one sending a single
   sentence is in the next batch while another has thousands queued;
 - bounded: the queue holds at most `max_queue_seconds` of work at the measured throughput (`rate`, characters
-  per second); past it `submit` raises Full, which says when to retry;
+  per second), twice that for small requests; past it `submit` raises Full, which says when to retry;
 - closing (shutdown) keeps the queued requests that fit in the time given, fails the others at once with Closed,
   and fails what is still queued at that deadline.
 """
@@ -86,12 +86,15 @@ class Batcher:
         return [j.future for j in jobs]
 
     def _check_room(self, chars: int) -> None:
-        """Full when this request would take the queue past max_queue_seconds (a request alone may: it would
-        otherwise never be served)."""
+        """Full when this request would take the queue past max_queue_seconds of work (a request alone may: it
+        would otherwise never be served). Small requests (1/64 of that at most) are still taken up to twice the
+        bound: fair queueing answers them in the next batches, so large requests flooding the queue do not lock
+        out a client sending a sentence."""
         queued = self._queue.chars
         if self.rate is None or not queued:
             return
-        if queued + chars > self.rate * self.max_queue_seconds:
+        bound = self.rate * self.max_queue_seconds
+        if queued + chars > (2 * bound if chars <= bound / 64 else bound):
             wait = queued / self.rate
             raise Full(f"the server is busy: {wait:.0f} s of work queued, the limit serve.max_queue_seconds="
                        f"{self.max_queue_seconds:g}", retry_after=wait)

@@ -46,8 +46,8 @@ class BodyLimits:
         self.app, self.max_bytes, self.timeout = app, max_bytes, timeout
 
     def too_large(self) -> ApiError:
-        return ApiError(413, f"request body over the limit serve.max_body_bytes={self.max_bytes}",
-                        "serve.max_body_bytes")
+        return _closing(ApiError(413, f"request body over the limit serve.max_body_bytes={self.max_bytes}",
+                                 "serve.max_body_bytes"))
 
     async def __call__(self, scope: dict, receive: Receive, send: Callable) -> None:
         if scope["type"] != "http":
@@ -65,8 +65,8 @@ class BodyLimits:
             try:
                 message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
             except asyncio.TimeoutError:
-                raise ApiError(408, f"request body not received within serve.read_timeout={self.timeout:g} s",
-                               "serve.read_timeout") from None
+                raise _closing(ApiError(408, f"request body not received within serve.read_timeout="
+                                        f"{self.timeout:g} s", "serve.read_timeout")) from None
             seen += len(message.get("body", b""))
             complete = message["type"] != "http.request" or not message.get("more_body", False)
             if seen > self.max_bytes:
@@ -74,6 +74,12 @@ class BodyLimits:
             return message
 
         await self.app(scope, limited, send)
+
+
+def _closing(error: ApiError) -> ApiError:
+    """The answer ends the connection: the rest of the body is never read."""
+    error.headers = {**(error.headers or {}), "Connection": "close"}
+    return error
 
 
 def add_guards(app: FastAPI, limits: ServeConfig) -> None:

@@ -58,6 +58,8 @@ async def _results(request: Request, futures: list[Future], timeout: float) -> l
         return gathered.result()
     gathered.cancel()
     if gone.done() and not gone.cancelled():
+        log.info("%s:%d left before its answer (%d sentences unanswered): those not started are dropped",
+                 *_client(request), sum(not f.done() for f in futures))
         raise ApiError(499, "client closed the request")
     raise ApiError(503, f"not translated within serve.request_timeout={timeout:g} s (the server is busy)",
                    "serve.request_timeout", retry_after=timeout)
@@ -140,10 +142,10 @@ class Api:
             raise ApiError(500, f"translation failed: {first_line(e)}") from None
         finally:
             self.requests -= 1
-        for i, r in enumerate(results, 1):
-            if r.truncated_from:
-                log.warning("request from %s:%d: sentence %d has %d tokens, translated its first %d", *client, i,
-                            r.truncated_from, len(r.src_ids))
+        if long := [(i, r) for i, r in enumerate(results, 1) if r.truncated_from]:
+            named = ", ".join(f"{i} ({r.truncated_from} tokens)" for i, r in long[:5])
+            log.warning("request from %s:%d: sentence %s%s truncated to %d tokens", *client, named,
+                        f" and {len(long) - 5} more" if len(long) > 5 else "", len(long[0][1].src_ids))
         return results
 
     # ---- endpoints

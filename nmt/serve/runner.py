@@ -1,13 +1,17 @@
-"""The `nmt serve` process: listen, run uvicorn until SIGTERM / Ctrl-C, exit 0. uvicorn's graceful shutdown lets
-the requests in flight finish; start-up problems (no checkpoint, a busy port, a model that fails to load) are
-one error line. Nothing is ever written: the checkpoint is read once."""
+"""The `nmt serve` process: listen, run uvicorn until SIGTERM / Ctrl-C, exit 0. On the signal it stops accepting,
+the queued work that fits in serve.shutdown_timeout is finished and the rest answered 503 at once, uvicorn waits
+for the answers to go out, then the model thread ends. Start-up problems (no checkpoint, a busy port, a model
+that fails to load) are one error line. Nothing is ever written: the checkpoint is read once."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
+import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +24,7 @@ from nmt.errors import NmtError, first_line
 from nmt.log import console
 from nmt.rundir import checkpoint_to_translate
 from nmt.serve.app import create_app
+from nmt.serve.connections import AcceptErrors, connection_cap, connection_protocol, raise_open_files_limit
 from nmt.serve.web import uvicorn
 from nmt.serve.worker import ServeOptions, Service, open_model
 
@@ -76,6 +81,38 @@ def _stop_once_started(server: Any, wait: float = 60.0) -> None:
     server.should_exit = True
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, draining the model's queue as its shutdown begins (uvicorn would wait for every queued
+    request, then cancel the handlers still waiting past its timeout: 500s in plain text)."""
+
+    def __init__(self, config: Any, service: Service, drain_within: float):
+        super().__init__(config)
+        self.service, self.drain_within = service, drain_within
+
+    async def startup(self, sockets: Any = None) -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(AcceptErrors(loop))
+        await super().startup(sockets=sockets)
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        self.service.drain(self.drain_within)
+        await super().shutdown(sockets=sockets)
+
+
+def _server(cfg: Config, service: Service, app: Any, access_log: bool) -> _Server:
+    limits = cfg.serve
+    open_files = raise_open_files_limit()
+    cap = connection_cap(limits.max_connections, open_files)
+    if cap < limits.max_connections:
+        console.print(f"[yellow]warning:[/yellow] serve.max_connections lowered to {cap}: the open-files limit is "
+                      f"{open_files} (ulimit -n)")
+    config = uvicorn.Config(
+        app, log_config=_log_config(), access_log=access_log, lifespan="on", loop="asyncio",
+        http=connection_protocol(limits.read_timeout, cap),
+        timeout_graceful_shutdown=limits.shutdown_timeout + 3)  # the answers to the drained requests go out
+    return _Server(config, service, drain_within=limits.shutdown_timeout)
+
+
 def run(cfg: Config, opts: ServeOptions) -> None:
     """The `nmt serve` command: returns when the server was stopped (SIGTERM / Ctrl-C)."""
     keep_freed_memory()
@@ -84,10 +121,7 @@ def run(cfg: Config, opts: ServeOptions) -> None:
         raise NmtError(f"checkpoint not found: {ckpt}")
     sock = _listen(cfg.serve.host, cfg.serve.port)
     service = Service(partial(open_model, ckpt, cfg, opts), cfg.serve, opts.threads)
-    app = create_app(service, cfg.serve, opts.api_key)
-    server = uvicorn.Server(uvicorn.Config(
-        app, log_config=_log_config(), access_log=opts.access_log, lifespan="on",
-        timeout_graceful_shutdown=cfg.serve.shutdown_timeout))
+    server = _server(cfg, service, create_app(service, cfg.serve, opts.api_key), opts.access_log)
     service.on_failure = partial(_stop_once_started, server)
     host, port = sock.getsockname()[:2]
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
@@ -98,4 +132,8 @@ def run(cfg: Config, opts: ServeOptions) -> None:
         raise NmtError(service.error)
     if not server.started:
         raise NmtError("the server did not start (see the log above)")
+    if service.busy:  # a batch ran past every timeout (or a second Ctrl-C): torch must not be torn down under it
+        console.print("[yellow]warning:[/yellow] stopped with a batch still running")
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(0)
     console.print("stopped")

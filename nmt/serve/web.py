@@ -8,6 +8,7 @@ from nmt.errors import NmtError
 
 INSTALL_HINT = "serving needs FastAPI and uvicorn: pip install 'nmt[serve]'"
 try:
+    import h11
     import limits  # noqa: F401  (rate limits, nmt.serve.ratelimit)
     import python_multipart  # noqa: F401  (form bodies, as LibreTranslate clients send them)
     import uvicorn
@@ -16,8 +17,9 @@ try:
     from fastapi.responses import JSONResponse
     from pydantic import BaseModel, ConfigDict, Field, ValidationError
     from starlette.exceptions import HTTPException
+    from uvicorn.protocols.http.h11_impl import H11Protocol
 except ImportError as e:
     raise NmtError(f"{INSTALL_HINT} ({e.name} is missing)") from None
 
-__all__ = ["BaseModel", "ConfigDict", "FastAPI", "Field", "HTTPException", "JSONResponse", "Request",
-           "RequestValidationError", "ValidationError", "uvicorn"]
+__all__ = ["BaseModel", "ConfigDict", "FastAPI", "Field", "H11Protocol", "HTTPException", "JSONResponse", "Request",
+           "RequestValidationError", "ValidationError", "h11", "uvicorn"]

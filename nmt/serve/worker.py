@@ -47,6 +47,7 @@ class Model:
 def open_model(ckpt: Path, cfg: Config, opts: ServeOptions) -> Model:
     """The Translator of `ckpt` and what /v1/info and /languages tell about it."""
     translator = Translator.load(ckpt, cfg, opts)
+    translator.warn = lambda message: None  # its lines are a batch's, not a request's: nmt.serve.native warns
     saved = translator.trained_config
     data = {"src_lang": cfg.data.src_lang, "tgt_lang": cfg.data.tgt_lang, **(saved.get("data") or {})}
     src, tgt = translator.langs or (data["src_lang"], data["tgt_lang"])
@@ -79,13 +80,16 @@ class Service:
         if batcher is not None:
             batcher.close(within)
 
-    def stop(self) -> bool:
-        """Finish what is queued and end the model thread (a load still running is abandoned: daemon). False
-        if the model thread is still busy after serve.shutdown_timeout."""
+    def stop(self) -> None:
+        """Finish what is queued and end the model thread (a load still running is abandoned: daemon)."""
         self.drain(self.limits.shutdown_timeout)
         if self.batcher is not None:
             self._thread.join(self.limits.shutdown_timeout)
-        return not (self.batcher is not None and self._thread.is_alive())
+
+    @property
+    def busy(self) -> bool:
+        """The model thread still translates (after stop: a batch that outlasted the shutdown timeout)."""
+        return self.batcher is not None and self._thread.is_alive()
 
     def _main(self) -> None:
         if self._threads > 0:
