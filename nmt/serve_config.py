@@ -20,6 +20,7 @@ class ServeConfig:
     port: int = 5000  # LibreTranslate's port
     batching: bool = True  # false: one request at a time (for comparison; the OpenNMT-py server's way)
     max_delay_ms: float = 20.0  # longest the free model waits for the clients it just answered (see nmt.serve.batcher)
+    max_batch_seconds: float = 1.0  # a batch holds at most this much work at the measured rate (what arrivals wait)
     # what one request may ask for (400 / 413 above)
     max_body_bytes: int = 1_000_000
     max_sentences: int = 128  # sentences (lines) per request
@@ -61,7 +62,7 @@ def check_serve(s: ServeConfig) -> None:
             raise ConfigError(f"serve.{key} must be >= 0 (0: no limit), got {getattr(s, key)}")
     if not (math.isfinite(s.max_delay_ms) and s.max_delay_ms >= 0):
         raise ConfigError(f"serve.max_delay_ms must be finite and >= 0, got {s.max_delay_ms}")
-    for key in ("max_queue_seconds", "request_timeout", "read_timeout", "shutdown_timeout"):
+    for key in ("max_batch_seconds", "max_queue_seconds", "request_timeout", "read_timeout", "shutdown_timeout"):
         value = getattr(s, key)
         if not (math.isfinite(value) and value > 0):
             raise ConfigError(f"serve.{key} must be finite and > 0, got {value}")

@@ -49,37 +49,39 @@ def error_of(reply: httpx.Response, status: int, limit: str | None = None) -> st
 # --------------------------------------------------------------------------- 1. the queue: fair and bounded
 
 
-def test_a_one_sentence_client_goes_before_a_flood_queued_earlier():
-    b, batches = recording_batcher(max_cost=40)
-    flood = b.submit([f"flood {i:03d}" for i in range(200)], "x", client="flooder")
-    b.submit(["next"], "x", client="flooder")  # the flooder's next request queues behind its first
-    one = b.submit(["hello"], "x", client="polite")
+def test_a_one_sentence_client_goes_before_a_flood_queued_earlier_and_the_flood_is_served_in_turn():
+    b, batches = recording_batcher(max_cost=400)
+    first = b.submit([f"first {i:03d}" for i in range(200)], "x", client="flooder")  # 2,000 characters each:
+    second = b.submit([f"again {i:03d}" for i in range(200)], "x", client="flooder")  # large requests
+    other = b.submit([f"other {i:03d}" for i in range(200)], "x", client="another address")
+    one = b.submit(["hello"], "x", client="flooder")  # small: a client of its own, whatever its address
     drain(b)
     assert "hello" in batches[0][1] and one[0].result() == "x:hello"
-    assert batches[-1][1][-1] == "next" and all(f.done() for f in flood)
+    order = [text for _, texts in batches for text in texts]
+    assert order.index("first 199") < order.index("again 000")  # one address: its requests in turn, whole
+    assert order.index("other 000") < order.index("first 100")  # another address: served alongside
+    assert all(f.done() for f in first + second + other)
 
 
 def test_the_queue_is_bounded_in_seconds_of_measured_work():
     b, _ = recording_batcher(max_queue_seconds=2.0)
-    b.rate = 100.0  # characters per second: the queue holds 200 characters
-    b.submit(["a" * 49] * 3, "x")  # 150
+    b.rate = 1000.0  # characters per second: the queue holds 2,000 characters
+    b.submit(["a" * 499] * 3, "x")  # 1,500
     with pytest.raises(Full) as full:
-        b.submit(["a" * 60], "x")
+        b.submit(["a" * 1100], "x")  # a large request: past the bound
     assert "serve.max_queue_seconds=2" in str(full.value) and full.value.retry_after == pytest.approx(1.5)
-    b.submit(["a" * 49], "x")  # 200: still fits
-    with pytest.raises(Full):
-        b.submit(["a"] * 50, "x")  # a large request: past the bound
+    assert b.refusal(1101) is not None and b.refusal(499) is None  # asked before a request is read, too
     taken = []
     with pytest.raises(Full):
-        for _ in range(100):  # small requests (200 / 64 = 3 characters at most) until twice the bound
-            taken.append(b.submit(["aa"], "x"))
-    assert len(taken) == 200 // 3
+        for _ in range(100):  # small requests (at most a paragraph) have a bound of their own
+            taken.append(b.submit(["a" * 99], "x"))
+    assert len(taken) == 2000 // 100
     drain(b)
     empty, _ = recording_batcher(max_queue_seconds=2.0)
-    empty.rate = 100.0
-    alone = empty.submit(["a" * 999], "x")  # a request larger than the bound is taken on an empty queue
+    empty.rate = 1000.0
+    alone = empty.submit(["a" * 9999], "x")  # a request larger than the bound is taken on an empty queue
     drain(empty)
-    assert alone[0].result() == "x:" + "a" * 999
+    assert alone[0].result() == "x:" + "a" * 9999
 
 
 def test_closing_keeps_the_requests_that_fit_and_fails_the_others_at_once():

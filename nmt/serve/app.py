@@ -27,7 +27,7 @@ def create_app(service: Service, limits: ServeConfig, api_key: str | None = None
         await asyncio.to_thread(service.stop)  # in-flight requests are answered by now: uvicorn waited for them
 
     app = FastAPI(title="nmt serve", summary="Transformer translation with dynamic batching", lifespan=lifespan)
-    add_guards(app, limits)
+    add_guards(app, limits, api.refusal)
     add_error_handlers(app)
     app.get("/health", summary="200 once the model is loaded, 503 before")(api.health)
     app.get("/v1/info", summary="Model, languages, decode settings, limits")(api.info)

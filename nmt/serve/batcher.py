@@ -11,10 +11,12 @@ otherwise trickle into two half batches that then alternate for good. One client
 never waits. Futures cancelled before their batch starts (their client left) are dropped unrun.
 
 Under load it stays fair and bounded:
-- fair: sentences are taken in fair-queueing order over clients (nmt.serve.fairqueue), so one sending a single
-  sentence is in the next batch while another has thousands queued;
+- fair: sentences are taken in fair-queueing order (nmt.serve.fairqueue): a small request (a paragraph at most)
+  as a client of its own, so it is in the next batch however much is queued; larger ones over their clients
+  (addresses), so one flooding the queue is served first come first served, requests finishing in turn, while
+  another client's requests are served alongside;
 - bounded: the queue holds at most `max_queue_seconds` of work at the measured throughput (`rate`, characters
-  per second), twice that for small requests; past it `submit` raises Full, which says when to retry;
+  per second), and as much again for small requests; past it `submit` raises Full, which says when to retry;
 - closing (shutdown) keeps the queued requests that fit in the time given, fails the others at once with Closed,
   and fails what is still queued at that deadline.
 """
@@ -32,6 +34,7 @@ from typing import Any
 from nmt.serve.fairqueue import FairQueue, Job
 
 Run = Callable[[Any, list[str]], Sequence[Any]]  # (options, sentences) -> one result per sentence, in order
+SMALL_REQUEST = 1024  # characters: requests this small have a queue bound of their own (see Batcher.refusal)
 
 
 class Closed(RuntimeError):
@@ -49,10 +52,11 @@ class Full(RuntimeError):
 class Batcher:
     def __init__(self, run: Run, cost: Callable[[str], int], max_cost: int, max_delay: float,
                  batching: bool = True, clock: Callable[[], float] = time.monotonic,
-                 max_queue_seconds: float = math.inf):
+                 max_queue_seconds: float = math.inf, max_batch_seconds: float = math.inf):
         self._run, self._cost, self._clock = run, cost, clock
         self.max_cost, self.max_delay, self.batching = max_cost, max_delay, batching
-        self.max_queue_seconds = max_queue_seconds
+        self.max_queue_seconds, self.max_batch_seconds = max_queue_seconds, max_batch_seconds
+        self._limited = False  # the last batch taken left work behind that could have joined it
         self.rate: float | None = None  # characters per second the model translates (None: unknown, no bound)
         self._queue = FairQueue()
         self._cond = threading.Condition()
@@ -74,30 +78,38 @@ class Batcher:
 
     def submit(self, texts: Sequence[str], options: Hashable, client: Hashable = None) -> list[Future]:
         """Queue one request's sentences; returns a future per sentence, in order."""
-        request, now = next(self._request_ids), self._clock()
-        jobs = [Job(t, options, request, now) for t in texts]
-        chars = sum(j.chars for j in jobs)
+        chars = sum(len(t) + 1 for t in texts)  # Job.chars: checked before any Job (and its Future) is made
         with self._cond:
             if self._closed:
                 raise Closed("the server is shutting down")
-            self._check_room(chars)
-            self._queue.add(jobs, client)
+            if (full := self.refusal(chars)) is not None:
+                raise full
+            request, now, small = next(self._request_ids), self._clock(), self.small(chars)
+            jobs = [Job(t, options, request, now, small=small) for t in texts]
+            self._queue.add(jobs, None if small else client)
             self._cond.notify()
         return [j.future for j in jobs]
 
-    def _check_room(self, chars: int) -> None:
-        """Full when this request would take the queue past max_queue_seconds of work (a request alone may: it
-        would otherwise never be served). Small requests (1/64 of that at most) are still taken up to twice the
-        bound: fair queueing answers them in the next batches, so large requests flooding the queue do not lock
-        out a client sending a sentence."""
-        queued = self._queue.chars
-        if self.rate is None or not queued:
-            return
+    def refusal(self, chars: int) -> Full | None:
+        """Full if a request of `chars` characters would take the queue past max_queue_seconds of work (a request
+        alone may: it would otherwise never be served). Small requests (a paragraph, or 1/64 of the bound) have a
+        bound of their own as large: fair queueing answers them in the next batches, so large requests flooding
+        the queue do not lock out a client sending a sentence. Also asked before a request is read."""
+        if self.rate is None:
+            return None
         bound = self.rate * self.max_queue_seconds
-        if queued + chars > (2 * bound if chars <= bound / 64 else bound):
-            wait = queued / self.rate
-            raise Full(f"the server is busy: {wait:.0f} s of work queued, the limit serve.max_queue_seconds="
-                       f"{self.max_queue_seconds:g}", retry_after=wait)
+        if self.small(chars):
+            queued = self._queue.small_chars
+        else:
+            queued = self._queue.chars - self._queue.small_chars
+        if not queued or queued + chars <= bound:
+            return None
+        wait = self._queue.chars / self.rate
+        return Full(f"the server is busy: {wait:.0f} s of work queued, the limit serve.max_queue_seconds="
+                    f"{self.max_queue_seconds:g}", retry_after=wait)
+
+    def small(self, chars: int) -> bool:
+        return chars <= (max(self.rate * self.max_queue_seconds / 64, SMALL_REQUEST) if self.rate else SMALL_REQUEST)
 
     def close(self, within: float = math.inf) -> None:
         """No more submissions; serve_forever runs what is queued, then returns. Given `within` seconds, the
@@ -157,20 +169,25 @@ class Batcher:
         return len(jobs) * max((self._cost_of(j) for j in jobs), default=0)
 
     def _take(self) -> list[Job]:
-        """The first job in fair order and every later one that may share its batch and fits the budget."""
+        """The first job in fair order and every later one that may share its batch and fits the budget: padded
+        tokens, and max_batch_seconds of work at the measured rate (a request arriving waits for the batch in
+        progress; when the model is slowed down, batches shrink with it)."""
         batch: list[Job] = []
         rest: list[Job] = []
-        longest = 0
+        longest, chars, self._limited = 0, 0, False
+        max_chars = self.rate * self.max_batch_seconds if self.rate else math.inf
         for job in self._queue.jobs():
             if job.future.cancelled():  # a client that left: its sentences go
                 continue
             first = batch[0] if batch else job
             fits = job.options == first.options and (self.batching or job.request == first.request)
             cost = self._cost_of(job)
-            if fits and (not batch or (len(batch) + 1) * max(longest, cost) <= self.max_cost):
+            room = (len(batch) + 1) * max(longest, cost) <= self.max_cost and chars + job.chars <= max_chars
+            self._limited |= fits and bool(batch) and not room
+            if fits and (not batch or room):
                 if job.future.set_running_or_notify_cancel():  # from now on its client cannot cancel it
                     batch.append(job)
-                    longest = max(longest, cost)
+                    longest, chars = max(longest, cost), chars + job.chars
             else:
                 rest.append(job)
         self._queue.keep(rest, batch)
@@ -184,13 +201,12 @@ class Batcher:
             self._free_since = self._clock()
 
     def _measured(self, batch: list[Job], seconds: float) -> None:
-        """Update the throughput from a batch: full batches say what the model does under load; a smaller one
-        only ever raises the estimate (it may be pessimistic: a start-up measurement, or a slower search)."""
+        """Update the throughput from a batch: one that left work behind says what the model does under load; a
+        smaller one only ever raises the estimate (it may be pessimistic: a start-up measurement, a slow search)."""
         rate = sum(j.chars for j in batch) / max(seconds, 1e-6)
-        full = len(batch) * max(self._cost_of(j) for j in batch) >= self.max_cost / 2
         if self.rate is None:
             self.rate = rate
-        elif full or rate > self.rate:
+        elif self._limited or rate > self.rate:
             self.rate = 0.8 * self.rate + 0.2 * rate
 
     def _process(self, batch: list[Job]) -> None:

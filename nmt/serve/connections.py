@@ -19,6 +19,7 @@ import time
 from http import HTTPStatus
 from typing import Any
 
+from nmt.serve.guards import REFUSAL_PAUSE
 from nmt.serve.http_errors import json_error
 from nmt.serve.web import H11Protocol, h11
 
@@ -68,7 +69,7 @@ class Connection(H11Protocol):
         timeout = self.read_timeout
         if len(self.connections) > self.max_connections:
             self.app = _busy(self.max_connections)
-            timeout = min(timeout, 1.0)  # a connection over the cap does not get to hold a descriptor long
+            timeout = min(timeout, 2 * REFUSAL_PAUSE)  # nor does it get to hold a descriptor long
         self._header_timer = self.loop.call_later(timeout, self._headers_too_slow)
 
     def data_received(self, data: bytes) -> None:
@@ -105,6 +106,9 @@ class Connection(H11Protocol):
 
 def _busy(cap: int) -> Any:
     async def app(scope: dict, receive: Any, send: Any) -> None:
+        # answered after a pause: a client that reconnects at once must not keep the event loop (and with it the
+        # model thread, which shares its CPU and GIL) busy accepting and refusing
+        await asyncio.sleep(REFUSAL_PAUSE)
         response = json_error(503, f"too many open connections: over the limit serve.max_connections={cap}",
                               "serve.max_connections", headers={"Retry-After": "1", "Connection": "close"})
         await response(scope, receive, send)

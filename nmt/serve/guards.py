@@ -1,6 +1,7 @@
 """What every request passes before an endpoint sees it, as ASGI middleware: the Host check (against DNS
-rebinding), CORS (Starlette's own), and the body's size and time limits. Their errors are JSON like any other
-(Starlette's TrustedHostMiddleware answers plain text, hence the Host check here)."""
+rebinding), CORS (Starlette's own), the body's size and time limits, and the refusal of translation requests
+a full queue would refuse anyway. Their errors are JSON like any other (Starlette's TrustedHostMiddleware answers
+plain text, hence the Host check here)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from nmt.serve.web import FastAPI
 from nmt.serve_config import ServeConfig
 
 Receive = Callable[[], Any]
+REFUSAL_PAUSE = 1.0  # seconds a refusal of a client that may come straight back waits (`bench/serve_abuse.py`)
 
 
 class HostCheck:
@@ -76,16 +78,46 @@ class BodyLimits:
         await self.app(scope, limited, send)
 
 
+class EarlyBusy:
+    """503 for a translation request whose Content-Length says the queue will refuse it, before its body is
+    parsed or validated, and after a pause (REFUSAL_PAUSE): under a flood the event loop refuses thousands of
+    requests a second from clients that ignore Retry-After, and the model thread shares the CPU and the GIL with
+    it. The body is read and dropped, so the connection stays usable."""
+
+    PATHS = ("/translate", "/v1/translate")
+
+    def __init__(self, app: Any, refusal: Callable[[int], ApiError | None]):
+        self.app, self.refusal = app, refusal
+
+    async def __call__(self, scope: dict, receive: Receive, send: Callable) -> None:
+        length = dict(scope.get("headers", ())).get(b"content-length", b"")
+        if scope["type"] != "http" or scope["path"] not in self.PATHS or not length.isdigit():
+            return await self.app(scope, receive, send)
+        if (error := self.refusal(int(length))) is None:
+            return await self.app(scope, receive, send)
+        try:
+            message = await receive()
+            while message["type"] == "http.request" and message.get("more_body"):
+                message = await receive()
+        except ApiError as e:  # the body limits: outside FastAPI's handlers here, answered as they would be
+            error = e
+        else:
+            await asyncio.sleep(REFUSAL_PAUSE)
+        await error_response(error)(scope, receive, send)
+
+
 def _closing(error: ApiError) -> ApiError:
     """The answer ends the connection: the rest of the body is never read."""
     error.headers = {**(error.headers or {}), "Connection": "close"}
     return error
 
 
-def add_guards(app: FastAPI, limits: ServeConfig) -> None:
-    """Outermost first: the Host check, CORS (preflights answered before any limit), the body limits."""
+def add_guards(app: FastAPI, limits: ServeConfig, refusal: Callable[[int], ApiError | None]) -> None:
+    """Outermost first: the Host check, CORS (preflights answered before any limit), the body limits, the early
+    refusal (`refusal`: the error for a request of that many bytes, if the queue would refuse it)."""
     from starlette.middleware.cors import CORSMiddleware
 
+    app.add_middleware(EarlyBusy, refusal=refusal)
     app.add_middleware(BodyLimits, max_bytes=limits.max_body_bytes, timeout=limits.read_timeout)
     if limits.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=limits.cors_origins, allow_methods=["GET", "POST"],

@@ -65,6 +65,10 @@ async def _results(request: Request, futures: list[Future], timeout: float) -> l
                    "serve.request_timeout", retry_after=timeout)
 
 
+def _busy(full: Full) -> ApiError:
+    return ApiError(503, str(full), "serve.max_queue_seconds", retry_after=full.retry_after)
+
+
 def _client(request: Request) -> tuple[str, int]:
     """Who a request is from: its address and port (the connection), as uvicorn gives it (behind a trusted proxy,
     the address it forwarded)."""
@@ -99,6 +103,13 @@ class Api:
                                                     self.api_key.encode("utf-8", "surrogatepass")):
             raise ApiError(403, "invalid or missing API key ('Authorization: Bearer KEY' header or api_key field)")
 
+    def refusal(self, body_bytes: int) -> ApiError | None:
+        """The 503 a translation request of this size gets from a full queue (its characters are at most its
+        bytes), known before it is read; None while there is room or no model yet."""
+        batcher = self.service.batcher
+        full = batcher.refusal(body_bytes) if batcher is not None else None
+        return None if full is None else _busy(full)
+
     def check_sentences(self, lines: list[str]) -> None:
         n, limit = len(lines), self.limits
         if n > limit.max_sentences:
@@ -125,9 +136,9 @@ class Api:
         client = _client(request)
         self.rate_limits.check(client[0], sum(map(len, lines)))
         try:
-            futures = self.service.batcher.submit(lines, search, client)
+            futures = self.service.batcher.submit(lines, search, client[0])  # fair between addresses
         except Full as e:
-            raise ApiError(503, str(e), "serve.max_queue_seconds", retry_after=e.retry_after) from None
+            raise _busy(e) from None
         except Closed as e:
             raise ApiError(503, str(e), retry_after=5) from None
         self.requests += 1

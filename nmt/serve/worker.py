@@ -103,7 +103,8 @@ class Service:
         t = model.translator
         batcher = Batcher(self._translate, self._cost, max_cost=t.decode.max_tokens,
                           max_delay=self.limits.max_delay_ms / 1000, batching=self.limits.batching,
-                          max_queue_seconds=self.limits.max_queue_seconds)
+                          max_queue_seconds=self.limits.max_queue_seconds,
+                          max_batch_seconds=self.limits.max_batch_seconds)
         self.model = model  # for _cost and _translate; the endpoints wait for the batcher below
         try:
             batcher.rate = self._warm_up(t)
