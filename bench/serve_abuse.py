@@ -29,7 +29,7 @@ Goals (PASS/FAIL each; the exit code is 0 either way, this is a measurement):
   - sigterm: every request answered 200 or with a JSON 503 (no connection errors, no 500, nothing non-JSON), exit
     code 0, exit within serve.shutdown_timeout + 5 s.
 
-The client is asyncio over raw sockets with a minimal HTTP/1.1 client (keep-alive, Content-Length or chunked
+The client (bench/abuse_http.py, bench/abuse_clients.py) is asyncio over raw sockets with a minimal HTTP/1.1 client (keep-alive, Content-Length or chunked
 bodies), so thousands of connections cost it little; its open-files limit is raised to the hard limit first (the
 server inherits it). The client shares the machine with the server: on a small machine it takes CPU from it.
 
@@ -47,503 +47,46 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
-import os
 import resource
 import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from abuse_clients import (
+    GoodRun,
+    Tally,
+    Watch,
+    flooder,
+    fmt_counts,
+    good_client,
+    header_trickle,
+    one_shot,
+    percentile,
+    sample_rss,
+    say_nothing,
+    short_body,
+    watched,
+)
+from abuse_http import (
+    Server,
+    connected,
+    get_json,
+    translate_body,
+)
 from common import ROOT, table
 
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k" / "test2016.en"
 MIB = 2**20
-GOOD_TIMEOUT = 10.0  # the good client's timeout: a request not answered by then is a failure of 10 s
-RETRY_PAUSE = 0.5  # what flooders wait after a 503/429 or a failed connection
-SAMPLE_EVERY = 0.5  # RSS sampling period
 QUEUE_WAIT = 1.0  # sigterm: longest wait for the requests to show up as queued
 RSS_GOAL = 200 * MIB
 WARM_UP = 8  # flood: requests sent at once before "idle" is measured, so that the server has run full batches
 P99_GOAL = 2.0
-
-
-# ---- a minimal HTTP/1.1 client
-
-
-class BadResponse(Exception):
-    """What came back is not an HTTP response."""
-
-
-# what a broken or closed connection raises (IncompleteReadError is an EOFError; ConnectionError an OSError)
-CONN_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, asyncio.LimitOverrunError, BadResponse,
-                                                ValueError)
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: dict[str, str]  # names lower-cased
-    body: bytes
-
-    def payload(self) -> Any:
-        try:
-            return json.loads(self.body)
-        except ValueError:
-            return None
-
-    @property
-    def json_error(self) -> bool:
-        """A JSON body {"error": "..."}, as every error of `nmt serve` must be."""
-        payload = self.payload()
-        return isinstance(payload, dict) and isinstance(payload.get("error"), str)
-
-    @property
-    def translated(self) -> bool:
-        """A 200 with {"translations": [{"text": ...}, ...]}."""
-        payload = self.payload()
-        rows = payload.get("translations") if isinstance(payload, dict) else None
-        return self.status == 200 and isinstance(rows, list) and all(isinstance(r, dict) and "text" in r
-                                                                     for r in rows)
-
-    def kind(self) -> str:
-        """The answer as the tables count it: "200", "503 JSON", "400 non-JSON", ..."""
-        if self.status == 200:
-            return "200" if self.translated else "200 unexpected body"
-        return f"{self.status} {'JSON' if self.json_error else 'non-JSON'}"
-
-
-def request_bytes(port: int, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None) -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Accept: application/json"]
-    if body or method == "POST":
-        lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
-    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-
-
-def parse_head(head: bytes) -> tuple[int, dict[str, str]]:
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-        raise BadResponse(f"bad status line {lines[0][:80]!r}")
-    headers = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if sep:
-            headers[name.strip().lower()] = value.strip()
-    return int(parts[1]), headers
-
-
-async def read_chunked(reader: asyncio.StreamReader) -> bytes:
-    body = bytearray()
-    while True:
-        size = int((await reader.readuntil(b"\r\n")).split(b";")[0].strip(), 16)
-        if size == 0:
-            while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers
-                pass
-            return bytes(body)
-        body += await reader.readexactly(size)
-        await reader.readexactly(2)
-
-
-async def read_reply(reader: asyncio.StreamReader) -> Reply:
-    status, headers = parse_head(await reader.readuntil(b"\r\n\r\n"))
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        body = await read_chunked(reader)
-    elif "content-length" in headers:
-        body = await reader.readexactly(int(headers["content-length"]))
-    else:  # until the server closes
-        body = await reader.read()
-    return Reply(status, headers, body)
-
-
-class Connection:
-    """One keep-alive connection to 127.0.0.1:port: opened on first use, reopened after the server closed it. Any
-    error (a cancellation too) closes it, so the next request starts on a fresh one."""
-
-    def __init__(self, port: int):
-        self.port = port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def request(self, method: str, path: str, body: bytes = b"") -> Reply:
-        try:
-            if self.writer is None:
-                self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-            assert self.reader is not None
-            self.writer.write(request_bytes(self.port, method, path, body))
-            await self.writer.drain()
-            reply = await read_reply(self.reader)
-        except BaseException:
-            self.close()
-            raise
-        if reply.headers.get("connection", "").lower() == "close":
-            self.close()
-        return reply
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.reader = self.writer = None
-
-
-async def get_json(port: int, path: str, timeout: float = 10.0) -> dict[str, Any] | None:
-    """GET path on a connection of its own: the JSON object of a 200, else None."""
-    conn = Connection(port)
-    try:
-        reply = await asyncio.wait_for(conn.request("GET", path), timeout)
-    except (asyncio.TimeoutError, *CONN_ERRORS):
-        return None
-    finally:
-        conn.close()
-    payload = reply.payload()
-    return payload if reply.status == 200 and isinstance(payload, dict) else None
-
-
-async def connected(port: int) -> Connection:
-    """A keep-alive connection that has had one answer (/health): a client there before the abuse began."""
-    conn = Connection(port)
-    await conn.request("GET", "/health")
-    return conn
-
-
-def translate_body(sentences: list[str]) -> bytes:
-    return json.dumps({"sentences": sentences}).encode()
-
-
-# ---- the server
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rss_bytes(pid: int) -> int | None:
-    """VmRSS of a process (None once it is gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-class Server:
-    """`python -m nmt serve` on a free loopback port, its stderr in a temp file; `async with` waits until /health
-    answers 200, and stops it at the end (SIGTERM, then kill)."""
-
-    def __init__(self, args: argparse.Namespace, *settings: str):
-        self.port = free_port()
-        fd, name = tempfile.mkstemp(prefix="serve-abuse-", suffix=".log")
-        self.log = Path(name)
-        sets = [x for s in [*args.set, *settings] for x in ("--set", s)]  # the scenario's own settings win
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(args.threads)}
-        with os.fdopen(fd, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "nmt", "serve", "--checkpoint", str(args.checkpoint), "--port", str(self.port),
-                 "--threads", str(args.threads), "--dtype", args.dtype, "--no-access-log", *sets],
-                stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=ROOT)
-        self.limits: dict[str, Any] = {}
-
-    async def __aenter__(self) -> Server:
-        deadline = time.monotonic() + 300
-        while await get_json(self.port, "/health") is None:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise SystemExit(f"nmt serve did not start; the end of its log:\n{self.log_tail()}")
-            await asyncio.sleep(0.2)
-        info = await get_json(self.port, "/v1/info") or {}
-        self.limits = info.get("serve") or {}
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await asyncio.to_thread(self.stop)
-
-    def limit(self, key: str, default: float) -> float:
-        """A serve.KEY the server runs with (from /v1/info)."""
-        value = self.limits.get(key)
-        return float(value) if isinstance(value, int | float) else default
-
-    def rss(self) -> int | None:
-        return rss_bytes(self.proc.pid)
-
-    async def exited(self, within: float) -> float | None:
-        """Seconds until the process ended (None: still running after `within`)."""
-        start = time.monotonic()
-        while self.proc.poll() is None:
-            if time.monotonic() - start > within:
-                return None
-            await asyncio.sleep(0.02)
-        return time.monotonic() - start
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(self.limit("shutdown_timeout", 60) + 10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
-    def tracebacks(self) -> int:
-        return self.log.read_text(errors="replace").count("Traceback")
-
-    def log_tail(self, lines: int = 20) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def log_row(self) -> tuple[str, str]:
-        """("Tracebacks in stderr", count): the log is kept (and named) when there are any, else removed."""
-        count = self.tracebacks()
-        if count:
-            return "Tracebacks in server stderr", f"{count} (see {self.log})"
-        self.log.unlink(missing_ok=True)
-        return "Tracebacks in server stderr", "0"
-
-
-# ---- clients
-
-
-def percentile(xs: list[float], q: float) -> float:
-    ordered = sorted(xs)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
-
-
-@dataclass
-class GoodRun:
-    """The good client's requests: one sentence each, one at a time."""
-
-    latencies: list[float] = field(default_factory=list)
-    failures: Counter[str] = field(default_factory=Counter)
-
-    def add(self, seconds: float, failure: str | None) -> None:
-        self.latencies.append(seconds)
-        if failure is not None:
-            self.failures[failure] += 1
-
-    def rows(self) -> list[tuple[str, str]]:
-        ms = lambda q: f"{1000 * percentile(self.latencies, q):,.0f}"  # noqa: E731
-        failed = sum(self.failures.values())
-        return [("good client: requests", str(len(self.latencies))),
-                ("good client: p50 / p99 / max latency (ms)",
-                 f"{ms(0.5)} / {ms(0.99)} / {ms(1.0)}"),
-                ("good client: failures", f"{failed}" + (f" ({fmt_counts(self.failures)})" if failed else ""))]
-
-
-async def timed_request(conn: Connection, body: bytes, timeout: float) -> tuple[float, str | None]:
-    """(seconds, None for a 200 with translations, else what went wrong)."""
-    start = time.perf_counter()
-    try:
-        reply = await asyncio.wait_for(conn.request("POST", "/v1/translate", body), timeout)
-    except asyncio.TimeoutError:
-        return timeout, "timeout"
-    except CONN_ERRORS as e:
-        return time.perf_counter() - start, type(e).__name__
-    seconds = time.perf_counter() - start
-    return seconds, None if reply.translated else reply.kind()
-
-
-async def good_client(conn: Connection, lines: list[str], stop: asyncio.Event, pace: float = 0.0) -> GoodRun:
-    """One sentence per request on `conn` until `stop`, the next when answered (at most one per `pace` seconds;
-    0.1 s after a failure, so that a refusing server is not hammered)."""
-    run = GoodRun()
-    for line in itertools.cycle(lines):
-        if stop.is_set():
-            break
-        began = time.monotonic()
-        seconds, failure = await timed_request(conn, translate_body([line]), GOOD_TIMEOUT)
-        run.add(seconds, failure)
-        wait = max(pace - (time.monotonic() - began), 0.0 if failure is None else 0.1)
-        if wait > 0:
-            try:
-                await asyncio.wait_for(stop.wait(), wait)
-            except asyncio.TimeoutError:
-                pass
-    conn.close()
-    return run
-
-
-@dataclass
-class Tally:
-    """The flooders' answers."""
-
-    kinds: Counter[str] = field(default_factory=Counter)  # Reply.kind()
-    statuses: Counter[int] = field(default_factory=Counter)
-    non_json_errors: int = 0  # non-200 without a JSON {"error": "..."} body
-    no_retry_after: int = 0  # 503s without a Retry-After header
-    conn_errors: Counter[str] = field(default_factory=Counter)
-    limits: Counter[str] = field(default_factory=Counter)  # the "limit" key of the error answers
-
-    def add(self, reply: Reply) -> None:
-        self.statuses[reply.status] += 1
-        payload = reply.payload()
-        if reply.status != 200 and isinstance(payload, dict):
-            self.limits[str(payload.get("limit"))] += 1
-        self.kinds[reply.kind()] += 1
-        self.non_json_errors += reply.status != 200 and not reply.json_error
-        self.no_retry_after += reply.status == 503 and "retry-after" not in reply.headers
-
-    def rows(self) -> list[tuple[str, str]]:
-        s = self.statuses
-        other = {k: v for k, v in self.kinds.items() if k not in ("200", "503 JSON", "429 JSON")}
-        return [("flooders: 200 / 503 / 429", f"{s[200]:,} / {s[503]:,} / {s[429]:,}"),
-                ("flooders: other answers", fmt_counts(other) or "0"),
-                ("flooders: refused by", fmt_counts(self.limits) or "-"),
-                ("flooders: non-JSON errors", str(self.non_json_errors)),
-                ("flooders: 503 without Retry-After", str(self.no_retry_after)),
-                ("flooders: connection errors", fmt_counts(self.conn_errors) or "0")]
-
-
-async def flooder(port: int, body: bytes, tally: Tally) -> None:
-    """POST `body` again and again on one keep-alive connection until cancelled; 0.5 s pause after a 503/429 or a
-    broken connection (then a new one)."""
-    conn = Connection(port)
-    try:
-        while True:
-            try:
-                reply = await conn.request("POST", "/v1/translate", body)
-            except CONN_ERRORS as e:
-                tally.conn_errors[type(e).__name__] += 1
-                await asyncio.sleep(RETRY_PAUSE)
-                continue
-            tally.add(reply)
-            if reply.status in (429, 503):
-                await asyncio.sleep(RETRY_PAUSE)
-    finally:
-        conn.close()
-
-
-async def sample_rss(server: Server, samples: list[int]) -> None:
-    """Append the server's RSS every SAMPLE_EVERY seconds until cancelled."""
-    while True:
-        rss = server.rss()
-        if rss is not None:
-            samples.append(rss)
-        await asyncio.sleep(SAMPLE_EVERY)
-
-
-@dataclass
-class Watch:
-    """What the server did with a connection: seconds from connecting until its first bytes (answered) and until it
-    closed it, and what it sent."""
-
-    start: float = field(default_factory=time.monotonic)
-    data: bytearray = field(default_factory=bytearray)
-    answered: float | None = None
-    closed: float | None = None
-    ended: str = "still open"
-
-    @property
-    def reacted(self) -> float | None:
-        """When the server first answered or closed."""
-        times = [t for t in (self.answered, self.closed) if t is not None]
-        return min(times) if times else None
-
-    def answer(self) -> str:
-        """The response it sent: "none", "408 JSON", "400 non-JSON", "garbage"."""
-        if not self.data:
-            return "none"
-        head, _, body = bytes(self.data).partition(b"\r\n\r\n")
-        try:
-            status, headers = parse_head(head)
-        except BadResponse:
-            return "garbage"
-        return Reply(status, headers, body).kind()
-
-    def describe(self) -> str:
-        after = lambda t: "never" if t is None else f"{t:.1f} s"  # noqa: E731
-        return f"answer {self.answer()} after {after(self.answered)}, {self.ended} after {after(self.closed)}"
-
-
-async def watch(reader: asyncio.StreamReader, w: Watch) -> None:
-    """Read until the server closes (or resets) the connection."""
-    try:
-        while chunk := await reader.read(65536):
-            if w.answered is None:
-                w.answered = time.monotonic() - w.start
-            w.data += chunk
-        w.ended = "closed"
-    except OSError:
-        w.ended = "reset"
-    w.closed = time.monotonic() - w.start
-
-
-async def watched(port: int, bound: float, send: Callable[[asyncio.StreamWriter], Awaitable[None]]) -> Watch:
-    """Connect, run `send` while watching what the server does, for at most `bound` seconds."""
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    except OSError as e:
-        return Watch(ended=f"connect failed ({type(e).__name__})")
-    w = Watch()
-    sender = asyncio.create_task(send(writer))
-    try:
-        await asyncio.wait_for(watch(reader, w), bound)
-    except asyncio.TimeoutError:
-        pass
-    finally:
-        sender.cancel()
-        writer.close()
-    return w
-
-
-async def say_nothing(writer: asyncio.StreamWriter) -> None:
-    pass
-
-
-async def drip(writer: asyncio.StreamWriter, data: Iterator[int]) -> None:
-    """Send one byte per second (until the connection breaks)."""
-    try:
-        for byte in data:
-            writer.write(bytes([byte]))
-            await writer.drain()
-            await asyncio.sleep(1.0)
-    except OSError:
-        pass
-
-
-def header_trickle(port: int) -> Callable[[asyncio.StreamWriter], Awaitable[None]]:
-    """Headers one byte per second, never finished (an endless X-Slow header after the real ones)."""
-    head = f"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nX-Slow: "
-    return lambda writer: drip(writer, itertools.chain(head.encode(), itertools.repeat(ord("a"))))
-
-
-def short_body(port: int) -> Callable[[asyncio.StreamWriter], Awaitable[None]]:
-    """Content-Length: 1000 and a 10-byte body, then silence."""
-    head = request_bytes(port, "POST", "/v1/translate", b"", {"X-Pad": "x"}).replace(
-        b"Content-Length: 0", b"Content-Length: 1000")
-
-    async def send(writer: asyncio.StreamWriter) -> None:
-        try:
-            writer.write(head + b'{"sentenc')
-            await writer.drain()
-        except OSError:
-            pass
-
-    return send
-
-
-async def one_shot(port: int, body: bytes, timeout: float) -> str:
-    """POST once on a new connection: the answer's kind ("200", "503 JSON", ...) or what went wrong."""
-    conn = Connection(port)
-    try:
-        return (await asyncio.wait_for(conn.request("POST", "/v1/translate", body), timeout)).kind()
-    except asyncio.TimeoutError:
-        return f"no answer within {timeout:g} s"
-    except CONN_ERRORS as e:
-        return f"connection error ({type(e).__name__})"
-    finally:
-        conn.close()
 
 
 # ---- results
@@ -554,10 +97,6 @@ class Outcome:
     name: str
     rows: list[tuple[str, str]]
     goals: list[tuple[str, bool]]  # (the goal with what was measured, met)
-
-
-def fmt_counts(counts: dict[Any, int]) -> str:
-    return ", ".join(f"{k}: {v:,}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def mib(n: int | None) -> str:
