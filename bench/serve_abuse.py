@@ -29,9 +29,10 @@ Goals (PASS/FAIL each; the exit code is 0 either way, this is a measurement):
   - sigterm: every request answered 200 or with a JSON 503 (no connection errors, no 500, nothing non-JSON), exit
     code 0, exit within serve.shutdown_timeout + 5 s.
 
-The client (bench/abuse_http.py, bench/abuse_clients.py) is asyncio over raw sockets with a minimal HTTP/1.1 client (keep-alive, Content-Length or chunked
-bodies), so thousands of connections cost it little; its open-files limit is raised to the hard limit first (the
-server inherits it). The client shares the machine with the server: on a small machine it takes CPU from it.
+The client (bench/abuse_http.py, bench/abuse_clients.py) is asyncio over raw sockets with a minimal HTTP/1.1
+client (keep-alive, Content-Length or chunked bodies), so thousands of connections cost it little; its open-files
+limit is raised to the hard limit first (the server inherits it). The client shares the machine with the server:
+on a small machine it takes CPU from it.
 
 Usage (from the repository root):
 
