@@ -385,6 +385,18 @@ def test_info_says_model_languages_and_search(server):
     assert info["decode"]["beam"] == 4 and info["dtype"] == "fp32" and info["serve"]["max_sentences"] == 110
 
 
+def test_attention_comes_with_the_translation_when_asked(server, expected):
+    reply = httpx.post(f"{server.url}/v1/translate", json={"sentences": ["forty-two", ""], "attention": True},
+                       timeout=60).json()["translations"]
+    plain = httpx.post(f"{server.url}/v1/translate", json={"sentences": ["forty-two"]}, timeout=60).json()
+    assert reply[0]["text"] == plain["translations"][0]["text"] and reply[1] == {"text": "", "attention": None}
+    attention = reply[0]["attention"]
+    assert attention["source"][-1] == attention["target"][-1] == "</s>"
+    assert len(attention["weights"]) == len(attention["target"])
+    assert all(len(row) == len(attention["source"]) and abs(sum(row) - 1) < 1e-3 for row in attention["weights"])
+    assert "attention" not in plain["translations"][0]
+
+
 def test_small_answers_are_not_held_back(server):
     """Each connection has Nagle's algorithm off: with it, an answer written in two parts waited for the client's
     delayed ACK (~40 ms on Linux) and a 1-client server was twice as slow as translating in-process."""

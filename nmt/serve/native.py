@@ -32,6 +32,9 @@ class NativeRequest(BaseModel):
     beam: int | None = Field(None, ge=1, description="Beam size (1 = greedy); default: the server's.")
     nbest: int | None = Field(None, ge=1, description="Also return the N best hypotheses of each sentence.")
     scores: bool = Field(False, description="Add score (log-prob / length penalty) and logprob.")
+    attention: bool = Field(False, description="Add the best translation's cross-attention: source and target "
+                                               "pieces and weights[target][source] (what `nmt translate "
+                                               "--attention` plots).")
     api_key: str | None = None
 
 
@@ -195,9 +198,14 @@ class Api:
             if "\n" in s or "\r" in s:
                 raise ApiError(422, f"sentence {i} holds a line break: send each line as its own sentence")
         self.check_sentences(req.sentences)
-        search = self.search(req.beam, req.nbest)
+        search = self.search(req.beam, req.nbest)._replace(attention=req.attention)
         results = await self.translate(request, req.sentences, search)
-        return JSONResponse({"translations": [_native_answer(r, search.nbest, req.scores) for r in results]})
+        answers = [_native_answer(r, search.nbest, req.scores) for r in results]
+        if req.attention:
+            tokenizer = self.model().translator.tokenizer
+            for answer, r in zip(answers, results):
+                answer["attention"] = _attention(r, tokenizer)
+        return JSONResponse({"translations": answers})
 
 
 def _native_answer(r: Translation, nbest: int, scores: bool) -> dict[str, Any]:
@@ -210,3 +218,14 @@ def _native_answer(r: Translation, nbest: int, scores: bool) -> dict[str, Any]:
     if nbest > 1:
         answer["nbest"] = [{"text": t, "score": s, **({"logprob": lp} if scores else {})} for t, s, lp in rows]
     return answer
+
+
+def _attention(r: Translation, tokenizer: Any) -> dict[str, Any] | None:
+    """{"source": pieces + EOS, "target": pieces + EOS, "weights": [target][source]} of the best hypothesis
+    (weights rounded to 4 decimals; each row sums to 1); None for an empty line."""
+    if not r.hypotheses or r.hypotheses[0].attention is None:
+        return None
+    hyp = r.hypotheses[0]
+    weights = [[round(float(w), 4) for w in row] for row in hyp.attention.tolist()]
+    return {"source": [*tokenizer.src_id_pieces(r.src_ids), "</s>"][:len(weights[0])],
+            "target": [*tokenizer.tgt_pieces(hyp.tokens), "</s>"], "weights": weights}

@@ -31,6 +31,7 @@ class Search(NamedTuple):
 
     beam: int
     nbest: int
+    attention: bool = False  # the cross-attention of each best hypothesis (the web page's heatmap)
 
 
 @dataclass
@@ -139,4 +140,5 @@ class Service:
 
     def _translate(self, search: Search, lines: list[str]) -> list[Translation]:
         assert self.model is not None
-        return self.model.translator.translate_chunk(lines, beam=search.beam, nbest=search.nbest)
+        return self.model.translator.translate_chunk(lines, beam=search.beam, nbest=search.nbest,
+                                                     need_attention=search.attention)
