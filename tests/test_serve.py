@@ -379,6 +379,24 @@ def test_libretranslate_api_equals_nmt_translate(server, lines, expected):
     assert alternatives["translatedText"] and len(alternatives["alternatives"]) == 2
 
 
+POST = ('<p>A man is riding a bike. Two dogs play in the snow.<br>Forty-two &amp; <b>seven</b>!</p>'
+        '<p><a href="https://x.example/@bob" class="u-url mention">@<span>bob</span></a> <code>ls -la</code></p>')
+
+
+def test_html_keeps_the_markup_and_translates_the_text_as_plain_sentences(server):
+    from nmt.serve.html import parse_html
+
+    doc = parse_html(POST)
+    plain = httpx.post(f"{server.url}/v1/translate", json={"sentences": doc.texts}, timeout=60).json()
+    want = doc.render([t["text"] for t in plain["translations"]])
+    for q in (POST, [POST, "<i>forty-two</i>"]):
+        reply = httpx.post(f"{server.url}/translate", json={"q": q, "source": "en", "target": "de", "format": "html",
+                                                            "alternatives": 1}, timeout=60).json()
+        got = reply["translatedText"] if isinstance(q, str) else reply["translatedText"][0]
+        assert got == want and reply["alternatives"] == ([] if isinstance(q, str) else [[], []])
+    assert "ls -la" in want and 'class="u-url mention">@<span>bob</span></a>' in want and "<br>" in want
+
+
 def test_info_says_model_languages_and_search(server):
     info = httpx.get(f"{server.url}/v1/info", timeout=30).json()
     assert info["languages"] == {"source": "en", "target": "de"} and info["model"]["checkpoint"] == CHECKPOINT.name
@@ -490,7 +508,7 @@ BAD = [
     Bad("JSON not an object", "/translate", 400, "object", json=["a"]),
     Bad("other source language", "/translate", 400, "'fr'", json={"q": "a", "source": "fr", "target": "de"}),
     Bad("other target language", "/translate", 400, "'fr'", json={"q": "a", "source": "en", "target": "fr"}),
-    Bad("html", "/translate", 400, "html", json={"q": "a", "format": "html"}),
+    Bad("format pdf", "/translate", 400, "pdf format is not supported", json={"q": "a", "format": "pdf"}),
     Bad("plain text body", "/translate", 415, "text/plain", content=b"q=a", headers={"content-type": "text/plain"}),
     Bad("unknown path", "/v2/translate", 404, "Not Found", json={}),
     Bad("wrong method", "/translate", 405, "Method Not Allowed", method="GET"),

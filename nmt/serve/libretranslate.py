@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from nmt.serve.bodies import form_or_json
+from nmt.serve.html import parse_html
 from nmt.serve.http_errors import ApiError, shown, validation_message
 from nmt.serve.native import Api
 from nmt.serve.web import BaseModel, FastAPI, Field, JSONResponse, Request, ValidationError
@@ -18,7 +19,7 @@ class LibreRequest(BaseModel):
     q: str | list[str]
     source: str = "auto"
     target: str | None = None
-    format: str = "text"
+    format: str | None = "text"
     api_key: str | None = None
     alternatives: int = Field(0, ge=0)
 
@@ -63,10 +64,12 @@ async def translate(api: Api, request: Request) -> JSONResponse:
     if req.target is not None and req.target.lower() != tgt:
         raise ApiError(400, f"target language '{shown(req.target)}' is not available: this model translates "
                             f"{src}->{tgt}")
-    if req.format != "text":
-        raise ApiError(400, f"format '{shown(req.format)}' is not supported: this server translates plain text "
-                            "('text')")
+    fmt = (req.format or "text").lower()
+    if fmt not in ("text", "html"):
+        raise ApiError(400, f"{shown(req.format)} format is not supported")
     texts = [req.q] if isinstance(req.q, str) else req.q
+    if fmt == "html":
+        return JSONResponse(await _translate_html(api, request, req, texts))
     lines = [text.replace("\r\n", "\n").split("\n") for text in texts]  # one model sentence per line
     flat = [line for item in lines for line in item]
     api.check_sentences(flat)
@@ -85,3 +88,17 @@ async def translate(api: Api, request: Request) -> JSONResponse:
                 for rs in per_text]
         answer["alternatives"] = alts[0] if isinstance(req.q, str) else alts
     return JSONResponse(answer)
+
+
+async def _translate_html(api: Api, request: Request, req: LibreRequest, texts: list[str]) -> dict[str, Any]:
+    """format=html: the sentences of each fragment's text nodes are translated (nmt.serve.html), the markup comes
+    back as sent; `alternatives` are empty, as LibreTranslate gives them for HTML."""
+    docs = [parse_html(text) for text in texts]
+    flat = [sentence for doc in docs for sentence in doc.texts]
+    api.check_sentences(flat)
+    results = iter(await api.translate(request, flat, api.search(None, None)) if flat else [])
+    rendered = [doc.render([next(results).text[0] for _ in doc.texts]) for doc in docs]
+    answer: dict[str, Any] = {"translatedText": rendered[0] if isinstance(req.q, str) else rendered}
+    if req.alternatives:
+        answer["alternatives"] = [] if isinstance(req.q, str) else [[] for _ in texts]
+    return answer
