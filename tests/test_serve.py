@@ -367,7 +367,7 @@ def test_libretranslate_api_equals_nmt_translate(server, lines, expected):
     assert as_list.status_code == 200 and as_list.json() == {"translatedText": want}
     one = httpx.post(f"{server.url}/translate", json={"q": lines[0], "source": "auto", "target": "de",
                                                       "format": "text"}, timeout=60)
-    assert one.json() == {"translatedText": want[0]}
+    assert one.json() == {"translatedText": want[0], "detectedLanguage": {"confidence": 100.0, "language": "en"}}
     form = httpx.post(f"{server.url}/translate", data={"q": lines[1], "source": "en", "target": "de"}, timeout=60)
     assert form.json() == {"translatedText": want[1]}
     multipart = httpx.post(f"{server.url}/translate", files={"q": (None, lines[2]), "source": (None, "en")},
@@ -395,6 +395,21 @@ def test_html_keeps_the_markup_and_translates_the_text_as_plain_sentences(server
         got = reply["translatedText"] if isinstance(q, str) else reply["translatedText"][0]
         assert got == want and reply["alternatives"] == ([] if isinstance(q, str) else [[], []])
     assert "ls -la" in want and 'class="u-url mention">@<span>bob</span></a>' in want and "<br>" in want
+
+
+def test_auto_source_and_detect_answer_as_libretranslate(server):
+    one = httpx.post(f"{server.url}/translate", json={"q": "forty-two", "source": "auto", "target": "de"}).json()
+    plain = httpx.post(f"{server.url}/translate", json={"q": "forty-two", "source": "en", "target": "de"}).json()
+    assert one["translatedText"] == plain["translatedText"] and "detectedLanguage" not in plain
+    assert one["detectedLanguage"]["language"] == "en" and 0 < one["detectedLanguage"]["confidence"] <= 100
+    many = httpx.post(f"{server.url}/translate", data={"q": "seven", "source": "auto", "target": "de"}).json()
+    assert many["detectedLanguage"]["language"] == "en"  # a form too
+    listed = httpx.post(f"{server.url}/translate", json={"q": ["seven", "nine"], "source": "auto"}).json()
+    assert [d["language"] for d in listed["detectedLanguage"]] == ["en", "en"]  # one per text, as Mastodon reads
+    detected = httpx.post(f"{server.url}/detect", json={"q": "A man is riding a bike."}).json()
+    assert detected[0]["language"] == "en" and 0 < detected[0]["confidence"] <= 100
+    missing = httpx.post(f"{server.url}/detect", json={"q": ""})
+    assert missing.status_code == 400 and missing.json()["error"] == "Invalid request: missing q parameter"
 
 
 def test_info_says_model_languages_and_search(server):
@@ -506,8 +521,10 @@ BAD = [
     Bad("q missing", "/translate", 400, "q", json={"source": "en", "target": "de"}),
     Bad("q a number", "/translate", 400, "q", json={"q": 3}),
     Bad("JSON not an object", "/translate", 400, "object", json=["a"]),
-    Bad("other source language", "/translate", 400, "'fr'", json={"q": "a", "source": "fr", "target": "de"}),
-    Bad("other target language", "/translate", 400, "'fr'", json={"q": "a", "source": "en", "target": "fr"}),
+    Bad("other source language", "/translate", 400, "fr is not supported", json={"q": "a", "source": "fr",
+                                                                                "target": "de"}),
+    Bad("other target language", "/translate", 400, "fr is not supported", json={"q": "a", "source": "en",
+                                                                                "target": "fr"}),
     Bad("format pdf", "/translate", 400, "pdf format is not supported", json={"q": "a", "format": "pdf"}),
     Bad("plain text body", "/translate", 415, "text/plain", content=b"q=a", headers={"content-type": "text/plain"}),
     Bad("unknown path", "/v2/translate", 404, "Not Found", json={}),

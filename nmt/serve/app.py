@@ -12,6 +12,7 @@ from nmt.serve import libretranslate
 from nmt.serve.guards import add_guards
 from nmt.serve.http_errors import add_error_handlers
 from nmt.serve.native import Api, NativeRequest
+from nmt.serve.page import add_page
 from nmt.serve.web import FastAPI
 from nmt.serve.worker import Service
 from nmt.serve_config import ServeConfig
@@ -35,4 +36,5 @@ def create_app(service: Service, limits: ServeConfig, api_key: str | None = None
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": NativeRequest.model_json_schema()}}}})(api.native)
     libretranslate.add_routes(app, api)
+    add_page(app)
     return app

@@ -1,12 +1,15 @@
-"""The LibreTranslate dialect of `nmt serve`: `POST /translate` and `GET /languages` as LibreTranslate answers
-them, so that its clients work unchanged. Its requests come as JSON or as forms; they go through the native
-API's checks and queue (nmt.serve.native.Api)."""
+"""The LibreTranslate dialect of `nmt serve`: `POST /translate`, `POST /detect` and `GET /languages` as
+LibreTranslate answers them (its error strings included, which clients match), so that its clients work unchanged.
+Requests come as JSON or as forms; they go through the native API's checks and queue (nmt.serve.native.Api).
+`source: "auto"` detects the language among those served (nmt.serve.detect)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from nmt.serve.bodies import form_or_json
+from nmt.serve.detect import Candidates, Detector
 from nmt.serve.html import parse_html
 from nmt.serve.http_errors import ApiError, shown, validation_message
 from nmt.serve.native import Api
@@ -17,7 +20,7 @@ class LibreRequest(BaseModel):
     """LibreTranslate's /translate parameters (other fields are ignored, as LibreTranslate does)."""
 
     q: str | list[str]
-    source: str = "auto"
+    source: str | None = None  # LibreTranslate requires it; here missing means the model's source language
     target: str | None = None
     format: str | None = "text"
     api_key: str | None = None
@@ -43,6 +46,18 @@ def add_routes(app: FastAPI, api: Api) -> None:
     async def libre(request: Request) -> JSONResponse:
         return await translate(api, request)
 
+    async def detect(request: Request) -> JSONResponse:
+        body = await form_or_json(request)
+        api.authorize(request, body.get("api_key"))
+        q = body.get("q")
+        texts = [q] if isinstance(q, str) else q if isinstance(q, list) and all(isinstance(t, str) for t in q) else []
+        if not "".join(texts).strip():
+            raise ApiError(400, "Invalid request: missing q parameter")
+        candidates = _merged(await asyncio.gather(*(_detect(api, t) for t in texts)))
+        return JSONResponse([{"confidence": c, "language": code} for code, c in candidates])
+
+    app.post("/detect", summary="LibreTranslate: the languages q may be in (among those served), best first")(detect)
+
     app.get("/languages", summary="LibreTranslate: the languages this model translates")(languages)
     app.post("/translate", summary="LibreTranslate: q (string or list), source, target, format=text; JSON or form",
              openapi_extra={"requestBody": {"content": {"application/json": {
@@ -58,18 +73,23 @@ async def translate(api: Api, request: Request) -> JSONResponse:
         req = LibreRequest.model_validate(body)
     except ValidationError as e:
         raise ApiError(400, f"Invalid request: {validation_message(e.errors())}") from None
-    if req.source.lower() not in ("auto", src):
-        raise ApiError(400, f"source language '{shown(req.source)}' is not available: this model translates "
-                            f"{src}->{tgt}")
+    source = (req.source or src).lower()
+    if source not in ("auto", src):
+        raise ApiError(400, f"{shown(source)} is not supported")
     if req.target is not None and req.target.lower() != tgt:
-        raise ApiError(400, f"target language '{shown(req.target)}' is not available: this model translates "
-                            f"{src}->{tgt}")
+        raise ApiError(400, f"{shown(req.target.lower())} is not supported")
     fmt = (req.format or "text").lower()
     if fmt not in ("text", "html"):
         raise ApiError(400, f"{shown(req.format)} format is not supported")
     texts = [req.q] if isinstance(req.q, str) else req.q
+    detected = None
+    if source == "auto":  # LibreTranslate detects over all the texts together and answers with it for each
+        found = (_merged([await _detect(api, " ".join(texts))]) or [(src, 0.0)])[0]
+        one = {"confidence": found[1], "language": found[0]}
+        detected = one if isinstance(req.q, str) else [one] * len(texts)
     if fmt == "html":
-        return JSONResponse(await _translate_html(api, request, req, texts))
+        answer = await _translate_html(api, request, req, texts)
+        return JSONResponse(answer if detected is None else {**answer, "detectedLanguage": detected})
     lines = [text.replace("\r\n", "\n").split("\n") for text in texts]  # one model sentence per line
     flat = [line for item in lines for line in item]
     api.check_sentences(flat)
@@ -87,6 +107,8 @@ async def translate(api: Api, request: Request) -> JSONResponse:
         alts = [["\n".join(r.text[i] if i < len(r.text) else r.text[0] for r in rs) for i in range(1, k + 1)]
                 for rs in per_text]
         answer["alternatives"] = alts[0] if isinstance(req.q, str) else alts
+    if detected is not None:
+        answer["detectedLanguage"] = detected
     return JSONResponse(answer)
 
 
@@ -102,3 +124,19 @@ async def _translate_html(api: Api, request: Request, req: LibreRequest, texts: 
     if req.alternatives:
         answer["alternatives"] = [] if isinstance(req.q, str) else [[] for _ in texts]
     return answer
+
+
+async def _detect(api: Api, text: str) -> Candidates:
+    """The candidates among the languages served (the detector is built on first use, off the event loop)."""
+    if api.detector is None:
+        api.detector = await asyncio.to_thread(Detector, [api.model().langs[0]])
+    return await asyncio.to_thread(api.detector.detect, text)
+
+
+def _merged(rankings: list[Candidates]) -> Candidates:
+    """One ranking of several texts' candidates, confidences averaged (LibreTranslate's /detect of a list)."""
+    totals: dict[str, float] = {}
+    for ranking in rankings:
+        for code, confidence in ranking:
+            totals[code] = totals.get(code, 0.0) + confidence
+    return sorted(((code, round(total / len(rankings), 2)) for code, total in totals.items()), key=lambda c: -c[1])

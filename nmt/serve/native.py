@@ -84,6 +84,7 @@ class Api:
     def __init__(self, service: Service, limits: ServeConfig, api_key: str | None):
         self.service, self.limits, self.api_key = service, limits, api_key
         self.rate_limits = RateLimits(limits)
+        self.detector: Any = None  # nmt.serve.detect.Detector over the languages served, built on first use
         self.requests = 0  # translation requests being answered (event-loop thread only)
 
     # ---- checks
