@@ -307,8 +307,10 @@ def import_(
 def serve(
     config: ConfigOpt = None,
     overrides: SetOpt = None,
-    checkpoint: Annotated[Path | None, typer.Option(
-        help="Checkpoint to serve (default: averaged.pt, else best.pt, else last.pt of train.run_dir).")] = None,
+    checkpoint: Annotated[list[Path] | None, typer.Option(
+        help="Checkpoint to serve (default: averaged.pt, else best.pt, else last.pt of train.run_dir). Repeat it to "
+             "serve several language pairs from one server: requests are routed by their source and target.")
+    ] = None,
     host: Annotated[str | None, typer.Option(help="Address to listen on (serve.host, default 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (serve.port, default 5000; 0 = any free port).")] = None,
     device: DeviceOpt = "auto",
@@ -322,7 +324,8 @@ def serve(
         "--access-log/--no-access-log", help="Log each request on stderr.")] = True,
 ) -> None:
     """Serve translations over HTTP with dynamic batching (needs nmt\\[serve]): LibreTranslate-compatible
-    POST /translate and GET /languages, native POST /v1/translate, GET /health, GET /v1/info.
+    POST /translate, POST /detect and GET /languages, native POST /v1/translate, GET /health, GET /v1/info, and a
+    web page at /. Several --checkpoint: one model per language pair, each with its own batches.
 
     Limits and batching: --set serve.KEY=VALUE (see nmt/config.py). Without --config, the search settings
     are those the checkpoint was trained with; --set decode.KEY=VALUE overrides them. Stops on Ctrl-C or
@@ -331,7 +334,7 @@ def serve(
     from nmt.serve import ServeOptions, run  # run: FastAPI, or the error line naming the serve extra
 
     settings = _settings(overrides, **{"serve.host": host, "serve.port": port})
-    opts = ServeOptions(checkpoint=checkpoint, device=device, dtype=dtype, threads=threads, quantize=quantize,
+    opts = ServeOptions(checkpoints=checkpoint or [], device=device, dtype=dtype, threads=threads, quantize=quantize,
                         api_key=api_key, access_log=access_log, config_given=config is not None,
                         decode_overrides=settings)
     run(_config(config, settings), opts)

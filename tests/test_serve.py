@@ -412,6 +412,34 @@ def test_auto_source_and_detect_answer_as_libretranslate(server):
     assert missing.status_code == 400 and missing.json()["error"] == "Invalid request: missing q parameter"
 
 
+def test_several_models_in_one_server_are_routed_by_language_pair(tmp_path, lines, expected):
+    import torch
+
+    reverse = torch.load(CHECKPOINT, weights_only=False, map_location="cpu")
+    reverse["langs"] = ["de", "en"]  # the same weights claiming the other direction: which model served shows
+    torch.save(reverse, tmp_path / "de-en.pt")  # in /health's per-model counts
+    want = [rows[0][0] for rows in expected["checkpoint's search"]]
+    with serving(tmp_path, "--checkpoint", str(tmp_path / "de-en.pt"), checkpoint=CHECKPOINT) as s:
+        assert httpx.get(f"{s.url}/languages").json() == [
+            {"code": "en", "name": "English", "targets": ["de"]}, {"code": "de", "name": "German", "targets": ["en"]}]
+        ende = httpx.post(f"{s.url}/translate", json={"q": lines[:3], "source": "en", "target": "de"}).json()
+        assert ende["translatedText"] == want[:3]
+        deen = httpx.post(f"{s.url}/v1/translate", json={"sentences": lines[:2], "source": "de", "target": "en"})
+        assert deen.status_code == 200 and [m["sentences"] for m in s.health()["models"]] == [3, 2]
+        auto = httpx.post(f"{s.url}/translate", json={"q": "forty-two", "source": "auto", "target": "en"}).json()
+        assert auto["detectedLanguage"]["language"] == "de"  # the only source with a model into English
+        for body, needle in (({"q": "a"}, "several language pairs"), ({"q": "a", "source": "fr", "target": "de"},
+                                                                      "fr is not supported"),
+                             ({"q": "a", "source": "de", "target": "de"}, "German (de) is not available as a "
+                                                                          "target language from German (de)")):
+            reply = httpx.post(f"{s.url}/translate", json=body)
+            assert reply.status_code == 400 and needle in reply.json()["error"], reply.text
+        info = httpx.get(f"{s.url}/v1/info").json()
+        assert [m["languages"] for m in info["models"]] == [{"source": "en", "target": "de"},
+                                                            {"source": "de", "target": "en"}]
+        assert all(m["model"]["memory_mb"] > 0 for m in info["models"])
+
+
 def test_info_says_model_languages_and_search(server):
     info = httpx.get(f"{server.url}/v1/info", timeout=30).json()
     assert info["languages"] == {"source": "en", "target": "de"} and info["model"]["checkpoint"] == CHECKPOINT.name

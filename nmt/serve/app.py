@@ -1,6 +1,6 @@
-"""The HTTP app of `nmt serve`: one Service behind the native API and the LibreTranslate dialect, errors as
-JSON, requests through the guards (Host, CORS, body limits). Its lifespan starts the model thread and, once
-uvicorn has answered the requests in flight, stops it."""
+"""The HTTP app of `nmt serve`: the models' Services behind the native API and the LibreTranslate dialect, errors as
+JSON, requests through the guards (Host, CORS, body limits). Its lifespan starts the model threads and, once
+uvicorn has answered the requests in flight, stops them."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from nmt.serve import libretranslate
 from nmt.serve.guards import add_guards
 from nmt.serve.http_errors import add_error_handlers
+from nmt.serve.models import Models
 from nmt.serve.native import Api, NativeRequest
 from nmt.serve.page import add_page
 from nmt.serve.web import FastAPI
@@ -18,14 +19,16 @@ from nmt.serve.worker import Service
 from nmt.serve_config import ServeConfig
 
 
-def create_app(service: Service, limits: ServeConfig, api_key: str | None = None) -> FastAPI:
-    api = Api(service, limits, api_key)
+def create_app(services: Service | list[Service], limits: ServeConfig, api_key: str | None = None) -> FastAPI:
+    """The app over one model's Service, or several (one per language pair)."""
+    models = Models(services if isinstance(services, list) else [services])
+    api = Api(models, limits, api_key)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
-        service.start()
+        models.start()
         yield
-        await asyncio.to_thread(service.stop)  # in-flight requests are answered by now: uvicorn waited for them
+        await asyncio.to_thread(models.stop)  # in-flight requests are answered by now: uvicorn waited for them
 
     app = FastAPI(title="nmt serve", summary="Transformer translation with dynamic batching", lifespan=lifespan)
     add_guards(app, limits, api.refusal)

@@ -14,34 +14,25 @@ from nmt.serve.html import parse_html
 from nmt.serve.http_errors import ApiError, shown, validation_message
 from nmt.serve.native import Api
 from nmt.serve.web import BaseModel, FastAPI, Field, JSONResponse, Request, ValidationError
+from nmt.serve.worker import Service
 
 
 class LibreRequest(BaseModel):
     """LibreTranslate's /translate parameters (other fields are ignored, as LibreTranslate does)."""
 
     q: str | list[str]
-    source: str | None = None  # LibreTranslate requires it; here missing means the model's source language
+    source: str | None = None  # LibreTranslate requires it; missing here: the only model's source language
     target: str | None = None
     format: str | None = "text"
     api_key: str | None = None
     alternatives: int = Field(0, ge=0)
 
 
-LANGUAGE_NAMES = {
-    "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "en": "English", "es": "Spanish",
-    "fi": "Finnish", "fr": "French", "hi": "Hindi", "hu": "Hungarian", "it": "Italian", "ja": "Japanese",
-    "ko": "Korean", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian",
-    "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
-}
-
-
 def add_routes(app: FastAPI, api: Api) -> None:
     """GET /languages and POST /translate over `api` (the handlers' names are the OpenAPI operation names)."""
 
     async def languages() -> JSONResponse:
-        src, tgt = api.model().langs
-        return JSONResponse([{"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": targets}
-                             for code, targets in ((src, [tgt]), (tgt, []))])
+        return JSONResponse(api.models.languages())
 
     async def libre(request: Request) -> JSONResponse:
         return await translate(api, request)
@@ -58,7 +49,8 @@ def add_routes(app: FastAPI, api: Api) -> None:
 
     app.post("/detect", summary="LibreTranslate: the languages q may be in (among those served), best first")(detect)
 
-    app.get("/languages", summary="LibreTranslate: the languages this model translates")(languages)
+    app.get("/languages", summary="LibreTranslate: the languages served, each with the targets it translates into"
+            )(languages)
     app.post("/translate", summary="LibreTranslate: q (string or list), source, target, format=text; JSON or form",
              openapi_extra={"requestBody": {"content": {"application/json": {
                  "schema": LibreRequest.model_json_schema()}}}})(libre)
@@ -66,29 +58,26 @@ def add_routes(app: FastAPI, api: Api) -> None:
 
 async def translate(api: Api, request: Request) -> JSONResponse:
     """POST /translate: each line of each text is one model sentence; `alternatives` are n-best 2, 3, ..."""
-    src, tgt = api.model().langs
+    api.models.ready()
     body = await form_or_json(request)
     api.authorize(request, body.get("api_key"))
     try:
         req = LibreRequest.model_validate(body)
     except ValidationError as e:
         raise ApiError(400, f"Invalid request: {validation_message(e.errors())}") from None
-    source = (req.source or src).lower()
-    if source not in ("auto", src):
-        raise ApiError(400, f"{shown(source)} is not supported")
-    if req.target is not None and req.target.lower() != tgt:
-        raise ApiError(400, f"{shown(req.target.lower())} is not supported")
     fmt = (req.format or "text").lower()
     if fmt not in ("text", "html"):
         raise ApiError(400, f"{shown(req.format)} format is not supported")
     texts = [req.q] if isinstance(req.q, str) else req.q
+    source, target = (req.source or "").lower() or None, (req.target or "").lower() or None
     detected = None
     if source == "auto":  # LibreTranslate detects over all the texts together and answers with it for each
-        found = (_merged([await _detect(api, " ".join(texts))]) or [(src, 0.0)])[0]
-        one = {"confidence": found[1], "language": found[0]}
+        source, confidence = await _source_of(api, " ".join(texts), target)
+        one = {"confidence": confidence, "language": source}
         detected = one if isinstance(req.q, str) else [one] * len(texts)
+    service = api.models.route(source, target)
     if fmt == "html":
-        answer = await _translate_html(api, request, req, texts)
+        answer = await _translate_html(api, request, service, req, texts)
         return JSONResponse(answer if detected is None else {**answer, "detectedLanguage": detected})
     lines = [text.replace("\r\n", "\n").split("\n") for text in texts]  # one model sentence per line
     flat = [line for item in lines for line in item]
@@ -97,9 +86,9 @@ async def translate(api: Api, request: Request) -> JSONResponse:
     if k >= api.limits.max_beam:
         raise ApiError(400, f"alternatives {shown(k)} is over the limit serve.max_beam - 1 = {api.limits.max_beam - 1}",
                        "serve.max_beam")
-    beam = api.model().translator.decode.beam
-    search = api.search(None if k < beam else k + 1, k + 1)  # LibreTranslate's alternatives: n-best 2, 3, ...
-    results = iter(await api.translate(request, flat, search))
+    beam = service.model.translator.decode.beam  # type: ignore[union-attr]
+    search = api.search(service, None if k < beam else k + 1, k + 1)  # LibreTranslate's alternatives: n-best 2, ...
+    results = iter(await api.translate(request, service, flat, search))
     per_text = [[next(results) for _ in item] for item in lines]
     best = ["\n".join(r.text[0] for r in rs) for rs in per_text]
     answer: dict[str, Any] = {"translatedText": best[0] if isinstance(req.q, str) else best}
@@ -112,13 +101,15 @@ async def translate(api: Api, request: Request) -> JSONResponse:
     return JSONResponse(answer)
 
 
-async def _translate_html(api: Api, request: Request, req: LibreRequest, texts: list[str]) -> dict[str, Any]:
+async def _translate_html(api: Api, request: Request, service: Service, req: LibreRequest, texts: list[str]
+                          ) -> dict[str, Any]:
     """format=html: the sentences of each fragment's text nodes are translated (nmt.serve.html), the markup comes
     back as sent; `alternatives` are empty, as LibreTranslate gives them for HTML."""
     docs = [parse_html(text) for text in texts]
     flat = [sentence for doc in docs for sentence in doc.texts]
     api.check_sentences(flat)
-    results = iter(await api.translate(request, flat, api.search(None, None)) if flat else [])
+    search = api.search(service, None, None)
+    results = iter(await api.translate(request, service, flat, search) if flat else [])
     rendered = [doc.render([next(results).text[0] for _ in doc.texts]) for doc in docs]
     answer: dict[str, Any] = {"translatedText": rendered[0] if isinstance(req.q, str) else rendered}
     if req.alternatives:
@@ -127,10 +118,19 @@ async def _translate_html(api: Api, request: Request, req: LibreRequest, texts: 
 
 
 async def _detect(api: Api, text: str) -> Candidates:
-    """The candidates among the languages served (the detector is built on first use, off the event loop)."""
+    """The candidates among the source languages served (the detector is built on first use, off the event
+    loop)."""
     if api.detector is None:
-        api.detector = await asyncio.to_thread(Detector, [api.model().langs[0]])
+        api.detector = await asyncio.to_thread(Detector, api.models.sources())
     return await asyncio.to_thread(api.detector.detect, text)
+
+
+async def _source_of(api: Api, text: str, target: str | None) -> tuple[str, float]:
+    """The detected source language (and its confidence) among those with a model into `target`; the first such
+    language with confidence 0 when the text says nothing (LibreTranslate's fallback)."""
+    fits = [src for src, tgt in api.models.pairs() if target in (None, tgt)] or api.models.sources()
+    found = [c for c in _merged([await _detect(api, text)]) if c[0] in fits]
+    return found[0] if found else (fits[0], 0.0)
 
 
 def _merged(rankings: list[Candidates]) -> Candidates:

@@ -16,9 +16,10 @@ from nmt.errors import first_line
 from nmt.serve.batcher import Closed, Full
 from nmt.serve.bodies import json_object
 from nmt.serve.http_errors import ApiError, shown, validation_message
+from nmt.serve.models import Models
 from nmt.serve.ratelimit import RateLimits
 from nmt.serve.web import BaseModel, ConfigDict, Field, HTTPException, JSONResponse, Request, ValidationError
-from nmt.serve.worker import Model, Search, Service
+from nmt.serve.worker import Search, Service
 from nmt.serve_config import ServeConfig
 from nmt.translator import Translation
 
@@ -29,6 +30,8 @@ class NativeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a misspelt option is an error, not silently ignored
 
     sentences: list[str] = Field(description="One sentence (line) each; answers come back in the same order.")
+    source: str | None = Field(None, description="Source language; needed only when the server has several models.")
+    target: str | None = Field(None, description="Target language; needed only when the server has several models.")
     beam: int | None = Field(None, ge=1, description="Beam size (1 = greedy); default: the server's.")
     nbest: int | None = Field(None, ge=1, description="Also return the N best hypotheses of each sentence.")
     scores: bool = Field(False, description="Add score (log-prob / length penalty) and logprob.")
@@ -79,20 +82,16 @@ def _client(request: Request) -> tuple[str, int]:
 
 
 class Api:
-    """The endpoints over one Service; checks limits and keys, queues sentences, shapes the answers."""
+    """The endpoints over the models (one Service each); checks limits and keys, queues sentences, shapes the
+    answers."""
 
-    def __init__(self, service: Service, limits: ServeConfig, api_key: str | None):
-        self.service, self.limits, self.api_key = service, limits, api_key
+    def __init__(self, models: Models, limits: ServeConfig, api_key: str | None):
+        self.models, self.limits, self.api_key = models, limits, api_key
         self.rate_limits = RateLimits(limits)
         self.detector: Any = None  # nmt.serve.detect.Detector over the languages served, built on first use
         self.requests = 0  # translation requests being answered (event-loop thread only)
 
     # ---- checks
-    def model(self) -> Model:
-        if self.service.batcher is None or self.service.model is None:
-            raise ApiError(503, "the model is still loading (GET /health says when it is ready)")
-        return self.service.model
-
     def authorize(self, request: Request, body_key: Any) -> None:
         """The key of `Authorization: Bearer KEY`, else the body's api_key (LibreTranslate clients send it there);
         anything else is 403."""
@@ -108,11 +107,10 @@ class Api:
             raise ApiError(403, "invalid or missing API key ('Authorization: Bearer KEY' header or api_key field)")
 
     def refusal(self, body_bytes: int) -> ApiError | None:
-        """The 503 a translation request of this size gets from a full queue (its characters are at most its
-        bytes), known before it is read; None while there is room or no model yet."""
-        batcher = self.service.batcher
-        full = batcher.refusal(body_bytes) if batcher is not None else None
-        return None if full is None else _busy(full)
+        """The 503 a translation request of this size gets when every model's queue is full (its characters are
+        at most its bytes), known before it is read; None while there is room somewhere or no model yet."""
+        refusals = [s.batcher.refusal(body_bytes) for s in self.models.services if s.batcher is not None]
+        return _busy(refusals[0]) if refusals and all(r is not None for r in refusals) else None
 
     def check_sentences(self, lines: list[str]) -> None:
         n, limit = len(lines), self.limits
@@ -124,9 +122,9 @@ class Api:
                 raise ApiError(400, f"sentence {i} has {len(line)} characters, over the limit serve.max_chars="
                                     f"{limit.max_chars}", "serve.max_chars")
 
-    def search(self, beam: int | None, nbest: int | None) -> Search:
-        """The request's search settings (the server's where it asks for none), within serve.max_beam."""
-        decode, limit = self.model().translator.decode, self.limits.max_beam
+    def search(self, service: Service, beam: int | None, nbest: int | None) -> Search:
+        """The request's search settings (the model's where it asks for none), within serve.max_beam."""
+        decode, limit = service.model.translator.decode, self.limits.max_beam  # type: ignore[union-attr]
         for name, value in (("beam", beam), ("nbest", nbest)):
             if value is not None and value > limit:
                 raise ApiError(400, f"{name} {shown(value)} is over the limit serve.max_beam={limit}", "serve.max_beam")
@@ -136,11 +134,12 @@ class Api:
             raise ApiError(422, f"nbest must be between 1 and the beam size ({beam}), got {nbest}")
         return Search(beam, nbest)
 
-    async def translate(self, request: Request, lines: list[str], search: Search) -> list[Translation]:
+    async def translate(self, request: Request, service: Service, lines: list[str], search: Search
+                        ) -> list[Translation]:
         client = _client(request)
         self.rate_limits.check(client[0], sum(map(len, lines)))
         try:
-            futures = self.service.batcher.submit(lines, search, client[0])  # fair between addresses
+            futures = service.batcher.submit(lines, search, client[0])  # type: ignore[union-attr]
         except Full as e:
             raise _busy(e) from None
         except Closed as e:
@@ -165,30 +164,33 @@ class Api:
 
     # ---- endpoints
     async def health(self) -> JSONResponse:  # async: FastAPI would run a plain def on a worker thread
-        if self.service.error is not None:
-            return JSONResponse({"status": "failed", "error": self.service.error}, status_code=503)
-        batcher = self.service.batcher
-        if batcher is None:
+        if (error := self.models.error) is not None:
+            return JSONResponse({"status": "failed", "error": error}, status_code=503)
+        batchers = [s.batcher for s in self.models.services]
+        if any(b is None for b in batchers):
             return JSONResponse({"status": "loading"}, status_code=503)
-        seconds = batcher.queued_seconds
-        return JSONResponse({"status": "ready", "requests": self.requests, "queued": batcher.queued,
-                             "queued_seconds": None if seconds is None else round(seconds, 3),
-                             "batches": batcher.batches, "sentences": batcher.sentences,
-                             "characters_per_second": round(batcher.rate or 0)})
+        seconds = [b.queued_seconds for b in batchers if b.queued_seconds is not None]  # type: ignore[union-attr]
+        return JSONResponse({"status": "ready", "requests": self.requests,
+                             "queued": sum(b.queued for b in batchers),  # type: ignore[union-attr]
+                             "queued_seconds": round(max(seconds), 3) if seconds else None,
+                             "batches": sum(b.batches for b in batchers),  # type: ignore[union-attr]
+                             "sentences": sum(b.sentences for b in batchers),  # type: ignore[union-attr]
+                             "characters_per_second": round(sum(b.rate or 0 for b in batchers)),  # type: ignore
+                             "models": [{"languages": "-".join(s.model.langs), "queued": s.batcher.queued,
+                                         "sentences": s.batcher.sentences}  # type: ignore[union-attr]
+                                        for s in self.models.services]})
 
     async def info(self) -> JSONResponse:
-        m = self.model()
-        t = m.translator
-        return JSONResponse({
-            "model": {"checkpoint": m.checkpoint.name, "architecture": m.config.get("model"), "vocab": m.vocab},
-            "languages": {"source": m.langs[0], "target": m.langs[1]},
-            "decode": dataclasses.asdict(t.decode),
-            "device": str(t.device), "dtype": t.dtype, "quantize": t.quantize,
-            "serve": {k: v for k, v in dataclasses.asdict(self.limits).items() if k not in ("host", "port")},
-        })
+        """The first model's checkpoint, languages and search at the top (one-model clients), every model in
+        "models", with the memory its weights take."""
+        models = [_model_info(s) for s in self.models.ready()]
+        return JSONResponse({**{k: models[0][k] for k in ("model", "languages", "decode", "device", "dtype",
+                                                          "quantize")}, "models": models,
+                             "serve": {k: v for k, v in dataclasses.asdict(self.limits).items()
+                                       if k not in ("host", "port")}})
 
     async def native(self, request: Request) -> JSONResponse:
-        self.model()
+        self.models.ready()
         body = await json_object(request)
         self.authorize(request, body.get("api_key"))
         try:
@@ -199,11 +201,12 @@ class Api:
             if "\n" in s or "\r" in s:
                 raise ApiError(422, f"sentence {i} holds a line break: send each line as its own sentence")
         self.check_sentences(req.sentences)
-        search = self.search(req.beam, req.nbest)._replace(attention=req.attention)
-        results = await self.translate(request, req.sentences, search)
+        service = self.models.route(req.source, req.target)
+        search = self.search(service, req.beam, req.nbest)._replace(attention=req.attention)
+        results = await self.translate(request, service, req.sentences, search)
         answers = [_native_answer(r, search.nbest, req.scores) for r in results]
         if req.attention:
-            tokenizer = self.model().translator.tokenizer
+            tokenizer = service.model.translator.tokenizer  # type: ignore[union-attr]
             for answer, r in zip(answers, results):
                 answer["attention"] = _attention(r, tokenizer)
         return JSONResponse({"translations": answers})
@@ -230,3 +233,13 @@ def _attention(r: Translation, tokenizer: Any) -> dict[str, Any] | None:
     weights = [[round(float(w), 4) for w in row] for row in hyp.attention.tolist()]
     return {"source": [*tokenizer.src_id_pieces(r.src_ids), "</s>"][:len(weights[0])],
             "target": [*tokenizer.tgt_pieces(hyp.tokens), "</s>"], "weights": weights}
+
+
+def _model_info(service: Service) -> dict[str, Any]:
+    m = service.model
+    assert m is not None
+    t = m.translator
+    return {"model": {"checkpoint": m.checkpoint.name, "architecture": m.config.get("model"), "vocab": m.vocab,
+                      "memory_mb": round(m.memory_bytes / 2**20, 1)},
+            "languages": {"source": m.langs[0], "target": m.langs[1]},
+            "decode": dataclasses.asdict(t.decode), "device": str(t.device), "dtype": t.dtype, "quantize": t.quantize}

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from nmt.config import Config
@@ -25,6 +26,7 @@ from nmt.log import console
 from nmt.rundir import checkpoint_to_translate
 from nmt.serve.app import create_app
 from nmt.serve.connections import AcceptErrors, connection_cap, connection_protocol, raise_open_files_limit
+from nmt.serve.models import Models
 from nmt.serve.web import uvicorn
 from nmt.serve.worker import ServeOptions, Service, open_model
 
@@ -82,12 +84,12 @@ def _stop_once_started(server: Any, wait: float = 60.0) -> None:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, draining the model's queue as its shutdown begins (uvicorn would wait for every queued
+    """uvicorn's server, draining the models' queues as its shutdown begins (uvicorn would wait for every queued
     request, then cancel the handlers still waiting past its timeout: 500s in plain text)."""
 
-    def __init__(self, config: Any, service: Service, drain_within: float):
+    def __init__(self, config: Any, models: Models, drain_within: float):
         super().__init__(config)
-        self.service, self.drain_within = service, drain_within
+        self.models, self.drain_within = models, drain_within
 
     async def startup(self, sockets: Any = None) -> None:
         loop = asyncio.get_running_loop()
@@ -95,11 +97,11 @@ class _Server(uvicorn.Server):
         await super().startup(sockets=sockets)
 
     async def shutdown(self, sockets: Any = None) -> None:
-        self.service.drain(self.drain_within)
+        self.models.drain(self.drain_within)
         await super().shutdown(sockets=sockets)
 
 
-def _server(cfg: Config, service: Service, app: Any, access_log: bool) -> _Server:
+def _server(cfg: Config, models: Models, app: Any, access_log: bool) -> _Server:
     limits = cfg.serve
     open_files = raise_open_files_limit()
     cap = connection_cap(limits.max_connections, open_files)
@@ -110,29 +112,37 @@ def _server(cfg: Config, service: Service, app: Any, access_log: bool) -> _Serve
         app, log_config=_log_config(), access_log=access_log, lifespan="on", loop="asyncio",
         http=connection_protocol(limits.read_timeout, cap),
         timeout_graceful_shutdown=limits.shutdown_timeout + 3)  # the answers to the drained requests go out
-    return _Server(config, service, drain_within=limits.shutdown_timeout)
+    return _Server(config, models, drain_within=limits.shutdown_timeout)
+
+
+def _checkpoints(cfg: Config, opts: ServeOptions) -> list[Path]:
+    ckpts = opts.checkpoints or [checkpoint_to_translate(None, cfg.train.run_dir, opts.config_given)]
+    for ckpt in ckpts:
+        if not ckpt.is_file():
+            raise NmtError(f"checkpoint not found: {ckpt}")
+    return ckpts
 
 
 def run(cfg: Config, opts: ServeOptions) -> None:
     """The `nmt serve` command: returns when the server was stopped (SIGTERM / Ctrl-C)."""
     keep_freed_memory()
-    ckpt = checkpoint_to_translate(opts.checkpoint, cfg.train.run_dir, opts.config_given)
-    if not ckpt.is_file():
-        raise NmtError(f"checkpoint not found: {ckpt}")
+    ckpts = _checkpoints(cfg, opts)
     sock = _listen(cfg.serve.host, cfg.serve.port)
-    service = Service(partial(open_model, ckpt, cfg, opts), cfg.serve, opts.threads)
-    server = _server(cfg, service, create_app(service, cfg.serve, opts.api_key), opts.access_log)
-    service.on_failure = partial(_stop_once_started, server)
+    services = [Service(partial(open_model, ckpt, cfg, opts), cfg.serve, opts.threads) for ckpt in ckpts]
+    models = Models(services)
+    server = _server(cfg, models, create_app(services, cfg.serve, opts.api_key), opts.access_log)
+    models.on_failure(partial(_stop_once_started, server))
     host, port = sock.getsockname()[:2]
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-    console.print(f"serving {ckpt} on {url} (loading the model; GET /health answers 200 once it is ready)")
+    names = ", ".join(str(c) for c in ckpts)
+    console.print(f"serving {names} on {url} (loading; GET /health answers 200 once every model is ready)")
     with _exit_zero_on_signals():
         server.run(sockets=[sock])
-    if service.error is not None:
-        raise NmtError(service.error)
+    if models.error is not None:
+        raise NmtError(models.error)
     if not server.started:
         raise NmtError("the server did not start (see the log above)")
-    if service.busy:  # a batch ran past every timeout (or a second Ctrl-C): torch must not be torn down under it
+    if models.busy:  # a batch ran past every timeout (or a second Ctrl-C): torch must not be torn down under it
         console.print("[yellow]warning:[/yellow] stopped with a batch still running")
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -22,6 +22,7 @@ from nmt.translator import ModelOptions, Translation, Translator
 
 @dataclass
 class ServeOptions(ModelOptions):
+    checkpoints: list[Path] = field(default_factory=list)  # one model each (ModelOptions.checkpoint: unused)
     api_key: str | None = None
     access_log: bool = True
 
@@ -43,6 +44,7 @@ class Model:
     langs: tuple[str, str]
     config: dict[str, Any]  # the config the checkpoint was trained with
     vocab: dict[str, int]
+    memory_bytes: int = 0  # its weights and buffers as served (after quantizing)
 
 
 def open_model(ckpt: Path, cfg: Config, opts: ServeOptions) -> Model:
@@ -53,7 +55,9 @@ def open_model(ckpt: Path, cfg: Config, opts: ServeOptions) -> Model:
     data = {"src_lang": cfg.data.src_lang, "tgt_lang": cfg.data.tgt_lang, **(saved.get("data") or {})}
     src, tgt = translator.langs or (data["src_lang"], data["tgt_lang"])
     vocab = dict(zip(("src", "tgt"), translator.vocab_sizes))
-    return Model(translator, ckpt, (str(src), str(tgt)), saved, vocab)
+    tensors = [*translator.model.parameters(), *translator.model.buffers()]
+    memory = sum(t.numel() * t.element_size() for t in tensors)
+    return Model(translator, ckpt, (str(src), str(tgt)), saved, vocab, memory)
 
 
 class Service:
