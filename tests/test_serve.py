@@ -227,7 +227,7 @@ def test_a_failing_batch_is_a_json_500_and_the_server_lives_on():
             time.sleep(0.05)
         for _ in range(2):
             reply = client.post("/translate", json={"q": "forty-two"})
-            assert reply.status_code == 500 and reply.json() == {"error": "translation failed: out of memory"}
+            assert reply.status_code == 500 and reply.json() == {"error": "Cannot translate text: out of memory"}
         assert client.get("/health").json()["status"] == "ready"
 
 

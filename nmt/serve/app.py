@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from nmt.serve import libretranslate
+from nmt.serve import libre_settings, libretranslate
 from nmt.serve.guards import add_guards
 from nmt.serve.http_errors import add_error_handlers
 from nmt.serve.models import Models
@@ -39,5 +39,6 @@ def create_app(services: Service | list[Service], limits: ServeConfig, api_key: 
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": NativeRequest.model_json_schema()}}}})(api.native)
     libretranslate.add_routes(app, api)
+    libre_settings.add_routes(app, api)
     add_page(app)
     return app

@@ -30,10 +30,15 @@ async def json_object(request: Request) -> dict[str, Any]:
 
 
 async def form_or_json(request: Request) -> dict[str, Any]:
-    """The body as a dict: JSON, or a form (repeated fields as lists; uploaded files ignored)."""
+    """The parameters as a dict: a JSON body, else the query string and a form body (repeated fields as lists;
+    uploaded files ignored), as LibreTranslate reads them (some clients send everything in the query string)."""
     kind = _content_type(request)
-    if kind == "application/json" or kind.endswith("+json"):
+    if (kind == "application/json" or kind.endswith("+json")) and await request.body():
         return await json_object(request)
+    return {**dict(request.query_params), **await _form(request, kind)}
+
+
+async def _form(request: Request, kind: str) -> dict[str, Any]:
     if kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
         try:
             form = await request.form()
@@ -43,6 +48,6 @@ async def form_or_json(request: Request) -> dict[str, Any]:
             raise ApiError(400, f"malformed form body: {first_line(e)}") from None
         values = {k: [v for v in form.getlist(k) if isinstance(v, str)] for k in form}
         return {k: v[0] if len(v) == 1 else v for k, v in values.items() if v}
-    if not kind and not await request.body():
+    if not await request.body():  # nothing but the query string
         return {}
     raise ApiError(415, f"unsupported content type '{kind}': send JSON or a form")

@@ -39,12 +39,13 @@ def add_routes(app: FastAPI, api: Api) -> None:
 
     async def detect(request: Request) -> JSONResponse:
         body = await form_or_json(request)
-        api.authorize(request, body.get("api_key"))
+        api.authorize(request, body.get("api_key") or None)
         q = body.get("q")
         texts = [q] if isinstance(q, str) else q if isinstance(q, list) and all(isinstance(t, str) for t in q) else []
         if not "".join(texts).strip():
             raise ApiError(400, "Invalid request: missing q parameter")
         candidates = _merged(await asyncio.gather(*(_detect(api, t) for t in texts)))
+        candidates = candidates or [(api.models.sources()[0], 0.0)]  # never empty, as LibreTranslate answers
         return JSONResponse([{"confidence": c, "language": code} for code, c in candidates])
 
     app.post("/detect", summary="LibreTranslate: the languages q may be in (among those served), best first")(detect)
@@ -60,7 +61,11 @@ async def translate(api: Api, request: Request) -> JSONResponse:
     """POST /translate: each line of each text is one model sentence; `alternatives` are n-best 2, 3, ..."""
     api.models.ready()
     body = await form_or_json(request)
-    api.authorize(request, body.get("api_key"))
+    api.authorize(request, body.get("api_key") or None)  # LibreTranslate's clients send "" or null for no key
+    if not body.get("q"):
+        raise ApiError(400, "Invalid request: missing q parameter")
+    if isinstance(body.get("alternatives"), int | str) and str(body["alternatives"]).lstrip("-").isdigit():
+        body["alternatives"] = max(0, int(body["alternatives"]))  # LibreTranslate takes a negative number as 0
     try:
         req = LibreRequest.model_validate(body)
     except ValidationError as e:
@@ -81,7 +86,7 @@ async def translate(api: Api, request: Request) -> JSONResponse:
         return JSONResponse(answer if detected is None else {**answer, "detectedLanguage": detected})
     lines = [text.replace("\r\n", "\n").split("\n") for text in texts]  # one model sentence per line
     flat = [line for item in lines for line in item]
-    api.check_sentences(flat)
+    api.check_sentences(flat, libre=True)
     k = req.alternatives
     if k >= api.limits.max_beam:
         raise ApiError(400, f"alternatives {shown(k)} is over the limit serve.max_beam - 1 = {api.limits.max_beam - 1}",
@@ -107,7 +112,7 @@ async def _translate_html(api: Api, request: Request, service: Service, req: Lib
     back as sent; `alternatives` are empty, as LibreTranslate gives them for HTML."""
     docs = [parse_html(text) for text in texts]
     flat = [sentence for doc in docs for sentence in doc.texts]
-    api.check_sentences(flat)
+    api.check_sentences(flat, libre=True)
     search = api.search(service, None, None)
     results = iter(await api.translate(request, service, flat, search) if flat else [])
     rendered = [doc.render([next(results).text[0] for _ in doc.texts]) for doc in docs]

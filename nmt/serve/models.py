@@ -4,7 +4,9 @@ language: a pair is served when a checkpoint translates it. Needs no FastAPI."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 from nmt.serve.http_errors import ApiError, shown
 from nmt.serve.worker import Service
@@ -94,3 +96,18 @@ class Models:
         codes = list(dict.fromkeys(code for pair in pairs for code in pair))
         return [{"code": code, "name": language_name(code),
                  "targets": sorted(tgt for src, tgt in pairs if src == code)} for code in codes]
+
+    def info(self) -> list[dict[str, Any]]:
+        """GET /v1/info's description of each model: checkpoint, languages, search, device, weights' memory."""
+        described = []
+        for service in self.ready():
+            m = service.model
+            assert m is not None
+            t = m.translator
+            described.append({
+                "model": {"checkpoint": m.checkpoint.name, "architecture": m.config.get("model"), "vocab": m.vocab,
+                          "memory_mb": round(m.memory_bytes / 2**20, 1)},
+                "languages": {"source": m.langs[0], "target": m.langs[1]},
+                "decode": dataclasses.asdict(t.decode), "device": str(t.device), "dtype": t.dtype,
+                "quantize": t.quantize})
+        return described

@@ -102,9 +102,11 @@ class Api:
         given = token.strip() if header is not None and scheme.lower() == "bearer" else None
         if header is None and isinstance(body_key, str):
             given = body_key
-        if given is None or not hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
-                                                    self.api_key.encode("utf-8", "surrogatepass")):
-            raise ApiError(403, "invalid or missing API key ('Authorization: Bearer KEY' header or api_key field)")
+        if not given:  # LibreTranslate's words for both (clients match them)
+            raise ApiError(403, "Please contact the server operator to obtain an API key")
+        if not hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
+                                   self.api_key.encode("utf-8", "surrogatepass")):
+            raise ApiError(403, "Invalid API key")
 
     def refusal(self, body_bytes: int) -> ApiError | None:
         """The 503 a translation request of this size gets when every model's queue is full (its characters are
@@ -112,15 +114,22 @@ class Api:
         refusals = [s.batcher.refusal(body_bytes) for s in self.models.services if s.batcher is not None]
         return _busy(refusals[0]) if refusals and all(r is not None for r in refusals) else None
 
-    def check_sentences(self, lines: list[str]) -> None:
+    def check_sentences(self, lines: list[str], libre: bool = False) -> None:
+        """serve.max_sentences and serve.max_chars; `libre`: worded as LibreTranslate words its text limit, which
+        its clients match ("exceeds text limit"), our words after it."""
         n, limit = len(lines), self.limits
+        over = [(i, len(line)) for i, line in enumerate(lines, 1) if len(line) > limit.max_chars][:1]
         if n > limit.max_sentences:
-            raise ApiError(400, f"{n} sentences in one request, over the limit serve.max_sentences="
-                                f"{limit.max_sentences}", "serve.max_sentences")
-        for i, line in enumerate(lines, 1):
-            if len(line) > limit.max_chars:
-                raise ApiError(400, f"sentence {i} has {len(line)} characters, over the limit serve.max_chars="
-                                    f"{limit.max_chars}", "serve.max_chars")
+            size, most, ours = n, limit.max_sentences, (f"{n} sentences in one request, over the limit "
+                                                        f"serve.max_sentences={limit.max_sentences}")
+            key = "serve.max_sentences"
+        elif over:
+            (i, chars), most, key = over[0], limit.max_chars, "serve.max_chars"
+            size, ours = chars, f"sentence {i} has {chars} characters, over the limit serve.max_chars={most}"
+        else:
+            return
+        prefix = f"Invalid request: request ({size}) exceeds text limit ({most}): " if libre else ""
+        raise ApiError(400, prefix + ours, key)
 
     def search(self, service: Service, beam: int | None, nbest: int | None) -> Search:
         """The request's search settings (the model's where it asks for none), within serve.max_beam."""
@@ -153,7 +162,7 @@ class Api:
             raise ApiError(503, str(e), retry_after=5) from None
         except Exception as e:  # the model failed on this batch: the operator gets the traceback, the client a line
             log.error("translation failed", exc_info=e)
-            raise ApiError(500, f"translation failed: {first_line(e)}") from None
+            raise ApiError(500, f"Cannot translate text: {first_line(e)}") from None  # LibreTranslate's words
         finally:
             self.requests -= 1
         if long := [(i, r) for i, r in enumerate(results, 1) if r.truncated_from]:
@@ -183,7 +192,7 @@ class Api:
     async def info(self) -> JSONResponse:
         """The first model's checkpoint, languages and search at the top (one-model clients), every model in
         "models", with the memory its weights take."""
-        models = [_model_info(s) for s in self.models.ready()]
+        models = self.models.info()
         return JSONResponse({**{k: models[0][k] for k in ("model", "languages", "decode", "device", "dtype",
                                                           "quantize")}, "models": models,
                              "serve": {k: v for k, v in dataclasses.asdict(self.limits).items()
@@ -234,12 +243,3 @@ def _attention(r: Translation, tokenizer: Any) -> dict[str, Any] | None:
     return {"source": [*tokenizer.src_id_pieces(r.src_ids), "</s>"][:len(weights[0])],
             "target": [*tokenizer.tgt_pieces(hyp.tokens), "</s>"], "weights": weights}
 
-
-def _model_info(service: Service) -> dict[str, Any]:
-    m = service.model
-    assert m is not None
-    t = m.translator
-    return {"model": {"checkpoint": m.checkpoint.name, "architecture": m.config.get("model"), "vocab": m.vocab,
-                      "memory_mb": round(m.memory_bytes / 2**20, 1)},
-            "languages": {"source": m.langs[0], "target": m.langs[1]},
-            "decode": dataclasses.asdict(t.decode), "device": str(t.device), "dtype": t.dtype, "quantize": t.quantize}

@@ -31,11 +31,12 @@ class RateLimits:
         costs = {"requests_per_minute": 1, "chars_per_minute": chars}
         for key, per_minute in self.rules:
             if costs[key] > per_minute:
-                raise ApiError(429, f"{costs[key]} characters in one request, over the limit serve.{key}="
+                raise ApiError(429, f"Slowdown: {costs[key]} characters in one request, over the limit serve.{key}="
                                     f"{per_minute}", f"serve.{key}")
             if not self.limiter.test(self.items[key], client, cost=costs[key]):
                 reset = self.limiter.get_window_stats(self.items[key], client).reset_time
-                raise ApiError(429, f"too many requests from {client}: over the limit serve.{key}={per_minute}",
+                raise ApiError(429, f"Slowdown: too many requests from {client}: over the limit serve.{key}="
+                                    f"{per_minute} ({per_minute} per 1 minute)",
                                f"serve.{key}", retry_after=max(1.0, reset - time.time()))
         for key, _ in self.rules:
             self.limiter.hit(self.items[key], client, cost=costs[key])
