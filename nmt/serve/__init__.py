@@ -1,18 +1,24 @@
-"""`nmt serve`: one model behind HTTP, concurrent requests merged into batches.
+"""`nmt serve`: translation models behind HTTP (one per language pair), concurrent requests merged into batches.
 
-- LibreTranslate-compatible `POST /translate` and `GET /languages`, so its clients work unchanged;
-- native `POST /v1/translate` (a list of sentences, per-request beam / n-best / scores), `GET /health`
-  (503 until the model is loaded), `GET /v1/info`.
+- LibreTranslate-compatible `POST /translate`, `POST /detect`, `GET /languages`, `GET /frontend/settings` and
+  `GET /spec`, so its clients work unchanged; a web page at `/`;
+- native `POST /v1/translate` (a list of sentences, per-request beam / n-best / scores / attention), `GET /health`
+  (503 until the models are loaded), `GET /v1/info`.
 
 The modules, from the model up:
-- batcher: the queue; one model thread takes what waits as batches (serve only; nmt.batching is training's);
-- worker: the model thread (`Service`) and what it loads (`open_model` -> a `Model` record);
-- web: the serve extra's imports (FastAPI, uvicorn): without it, one error line names the extra;
+- fairqueue, batcher: the fair, bounded queue; one model thread takes what waits as batches (serve only;
+  nmt.batching is training's);
+- worker: the model thread (`Service`) and what it loads (`open_model` -> a `Model` record); models: the
+  Services of one server and the routing of language pairs;
+- html: the sentences of an HTML fragment and the markup put back; detect: language identification;
+- web: the serve extra's imports (FastAPI, uvicorn, ...): without it, one error line names the extra;
 - http_errors: every error a JSON body {"error": one line}, limit errors also naming the config key;
+- bodies, guards, connections, ratelimit: reading bodies; Host/CORS/body limits/early refusal; header timeout
+  and connection cap; rate limits;
 - native: the native API (`Api`: the checks and queue every endpoint shares);
-- libretranslate: the LibreTranslate dialect over it;
-- app: `create_app`, the HTTP app over one Service;
-- runner: `run`, the process (listen, uvicorn, exit 0 on SIGTERM / Ctrl-C).
+- libretranslate, libre_settings: the LibreTranslate dialect over it; page: the web page;
+- app: `create_app`, the HTTP app over the Services;
+- runner: `run`, the process (listen, uvicorn, drain and exit 0 on SIGTERM / Ctrl-C).
 
 The names below load their module when first used: the batcher and the model thread need no FastAPI, and
 importing the package never does.
