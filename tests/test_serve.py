@@ -1,5 +1,6 @@
-"""`nmt serve`: the batcher on its own, then real servers (`python -m nmt serve` subprocesses on 127.0.0.1, a free
-port each) spoken to over HTTP, their answers compared with what `nmt translate` prints for the same lines."""
+"""`nmt serve`: real servers (`python -m nmt serve` subprocesses on 127.0.0.1, a free port each) spoken to over
+HTTP, their answers compared with what `nmt translate` prints for the same lines (the batcher on its own:
+tests/test_serve_batcher.py; abuse, clients, HTML, detection, the page: the other tests/test_serve_*.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ import pytest
 from nmt.config import Config, load_config
 from nmt.demo import write_demo
 from nmt.errors import ConfigError
-from nmt.serve.batcher import Batcher, Closed
 
 from .conftest import assert_one_line_error, nmt_process, run_cli
 
@@ -35,133 +35,7 @@ LIMITS = ["--set", "serve.max_sentences=110", "--set", "serve.max_chars=300", "-
           "--set", "serve.max_beam=8", "--set", "serve.max_delay_ms=50"]
 
 
-# --------------------------------------------------------------------------- the batcher
-
-
-def recording_batcher(**kwargs) -> tuple[Batcher, list[tuple[str, list[str]]]]:
-    batches: list[tuple[str, list[str]]] = []
-
-    def run(options: str, texts: list[str]) -> list[str]:
-        if options == "broken":
-            raise RuntimeError("model failed")
-        batches.append((options, list(texts)))
-        return [f"{options}:{t}" for t in texts][:None if options != "short" else -1]
-
-    def cost(text: str) -> int:
-        if text == "uncountable":
-            raise ValueError(text)
-        return len(text)
-
-    return Batcher(run, cost=cost, **{"max_cost": 100, "max_delay": 0.0, **kwargs}), batches
-
-
-def drain(batcher: Batcher) -> None:
-    """Run what is queued on this thread: close first, so serve_forever returns once the queue is empty."""
-    batcher.close()
-    batcher.serve_forever()
-
-
-def test_batcher_takes_what_waits_with_one_search_setting_as_one_batch_and_answers_each_sentence():
-    b, batches = recording_batcher()
-    first, other, second = b.submit(["aa", "b"], "beam4"), b.submit(["cc"], "beam1"), b.submit(["d"], "beam4")
-    drain(b)
-    assert batches == [("beam4", ["aa", "b", "d"]), ("beam1", ["cc"])]
-    assert [f.result() for f in first + other + second] == ["beam4:aa", "beam4:b", "beam1:cc", "beam4:d"]
-    assert (b.batches, b.sentences, b.queued) == (2, 4, 0)
-    with pytest.raises(Closed):
-        b.submit(["late"], "beam4")
-
-
-def test_batcher_keeps_to_the_padded_token_budget_and_an_oversized_sentence_goes_alone():
-    """The budget counts as decode.max_tokens does, rows x the longest sentence: a batch taken is one batch of
-    the translator, and one long sentence does not take short ones along (as an unpadded sum would: a+aaa+b)."""
-    b, batches = recording_batcher(max_cost=5)
-    futures = b.submit(["a", "aaa", "b", "toolongforone", "cc"], "x")
-    drain(b)
-    assert batches == [("x", ["a", "b"]), ("x", ["aaa"]), ("x", ["toolongforone"]), ("x", ["cc"])]
-    assert all(len(texts) * max(map(len, texts)) <= 5 for _, texts in batches if len(texts) > 1)
-    assert [f.result() for f in futures] == ["x:a", "x:aaa", "x:b", "x:toolongforone", "x:cc"]  # order kept
-
-
-def test_batcher_without_batching_runs_one_request_at_a_time():
-    b, batches = recording_batcher(batching=False)
-    b.submit(["a", "b"], "x"), b.submit(["c"], "x"), b.submit(["d", "e"], "x")
-    drain(b)
-    assert batches == [("x", ["a", "b"]), ("x", ["c"]), ("x", ["d", "e"])]
-
-
-def test_batcher_drops_work_whose_client_left_and_a_failed_batch_fails_only_its_requests():
-    b, batches = recording_batcher()
-    gone = b.submit(["a", "b"], "x")
-    broken = b.submit(["c"], "broken")
-    short = b.submit(["e", "f"], "short")  # a run that loses a result must not leave a client waiting forever
-    fine = b.submit(["d", "uncountable"], "y")
-    assert gone[0].cancel()
-    drain(b)
-    assert batches == [("x", ["b"]), ("short", ["e", "f"]), ("y", ["d", "uncountable"])]
-    with pytest.raises(RuntimeError, match="model failed"):
-        broken[0].result()
-    with pytest.raises(RuntimeError, match="1 results for 2 sentences"):
-        short[1].result()
-    assert [f.result() for f in fine] == ["y:d", "y:uncountable"] and gone[1].result() == "x:b"
-
-
-@contextlib.contextmanager
-def model_thread(batcher: Batcher) -> Iterator[None]:
-    worker = threading.Thread(target=batcher.serve_forever)
-    worker.start()
-    try:
-        yield
-    finally:
-        batcher.close()
-        worker.join(30)
-    assert not worker.is_alive()
-
-
-def test_batcher_waits_for_the_clients_it_answered_but_never_for_a_lone_client():
-    b, batches = recording_batcher(max_delay=60.0)
-    with model_thread(b):
-        started = time.monotonic()
-        for text in ("a", "b"):  # one client, one request at a time: nobody else is due, nothing to wait for
-            assert b.submit([text], "x")[0].result(timeout=30) == f"x:{text}"
-        assert b.submit(["c", "d"], "x")[1].result(timeout=30) == "x:d"  # 2 sentences answered ...
-        first = b.submit(["e"], "x")  # ... so the next batch waits for a second one
-        time.sleep(0.1)
-        second = b.submit(["f"], "x")
-        assert first[0].result(timeout=30) == "x:e" and second[0].result(timeout=30) == "x:f"
-        assert time.monotonic() - started < 30  # never the whole max_delay
-        assert batches == [("x", ["a"]), ("x", ["b"]), ("x", ["c", "d"]), ("x", ["e", "f"])]
-        b.max_cost = 2  # a full budget ends the wait too
-        assert b.submit(["gg"], "x")[0].result(timeout=30) == "x:gg"
-
-
-def test_batcher_does_not_hold_back_a_client_quick_with_its_next_request():
-    release = threading.Event()
-
-    def run(options: str, texts: list[str]) -> list[str]:
-        assert release.wait(30)
-        return texts
-
-    b = Batcher(run, cost=len, max_cost=100, max_delay=60.0)
-    follow_up: list = []
-    with model_thread(b):
-        first = b.submit(["a"], "x")[0]
-        # the answer's callback sends the next request at once, before the model thread is back for more work:
-        # one sentence answered, one come back, nothing else due
-        first.add_done_callback(lambda f: follow_up.extend(b.submit(["b"], "x")))
-        release.set()
-        assert first.result(timeout=30) == "a"
-        assert follow_up and follow_up[0].result(timeout=30) == "b"
-
-
-def test_batcher_waits_for_company_at_most_max_delay():
-    b, batches = recording_batcher(max_delay=0.3)
-    with model_thread(b):
-        b.submit(["a", "b"], "x")[1].result(timeout=30)
-        started = time.monotonic()
-        assert b.submit(["c"], "x")[0].result(timeout=30) == "x:c"  # the second sentence due never comes
-        assert 0.29 <= time.monotonic() - started < 30
-    assert batches == [("x", ["a", "b"]), ("x", ["c"])]
+# --------------------------------------------------------------------------- config
 
 
 def test_serve_config_keys_are_checked():
@@ -377,67 +251,6 @@ def test_libretranslate_api_equals_nmt_translate(server, lines, expected):
     assert text.json() == {"translatedText": "\n".join(want[:3])}
     alternatives = httpx.post(f"{server.url}/translate", json={"q": lines[3], "alternatives": 2}, timeout=60).json()
     assert alternatives["translatedText"] and len(alternatives["alternatives"]) == 2
-
-
-POST = ('<p>A man is riding a bike. Two dogs play in the snow.<br>Forty-two &amp; <b>seven</b>!</p>'
-        '<p><a href="https://x.example/@bob" class="u-url mention">@<span>bob</span></a> <code>ls -la</code></p>')
-
-
-def test_html_keeps_the_markup_and_translates_the_text_as_plain_sentences(server):
-    from nmt.serve.html import parse_html
-
-    doc = parse_html(POST)
-    plain = httpx.post(f"{server.url}/v1/translate", json={"sentences": doc.texts}, timeout=60).json()
-    want = doc.render([t["text"] for t in plain["translations"]])
-    for q in (POST, [POST, "<i>forty-two</i>"]):
-        reply = httpx.post(f"{server.url}/translate", json={"q": q, "source": "en", "target": "de", "format": "html",
-                                                            "alternatives": 1}, timeout=60).json()
-        got = reply["translatedText"] if isinstance(q, str) else reply["translatedText"][0]
-        assert got == want and reply["alternatives"] == ([] if isinstance(q, str) else [[], []])
-    assert "ls -la" in want and 'class="u-url mention">@<span>bob</span></a>' in want and "<br>" in want
-
-
-def test_auto_source_and_detect_answer_as_libretranslate(server):
-    one = httpx.post(f"{server.url}/translate", json={"q": "forty-two", "source": "auto", "target": "de"}).json()
-    plain = httpx.post(f"{server.url}/translate", json={"q": "forty-two", "source": "en", "target": "de"}).json()
-    assert one["translatedText"] == plain["translatedText"] and "detectedLanguage" not in plain
-    assert one["detectedLanguage"]["language"] == "en" and 0 < one["detectedLanguage"]["confidence"] <= 100
-    many = httpx.post(f"{server.url}/translate", data={"q": "seven", "source": "auto", "target": "de"}).json()
-    assert many["detectedLanguage"]["language"] == "en"  # a form too
-    listed = httpx.post(f"{server.url}/translate", json={"q": ["seven", "nine"], "source": "auto"}).json()
-    assert [d["language"] for d in listed["detectedLanguage"]] == ["en", "en"]  # one per text, as Mastodon reads
-    detected = httpx.post(f"{server.url}/detect", json={"q": "A man is riding a bike."}).json()
-    assert detected[0]["language"] == "en" and 0 < detected[0]["confidence"] <= 100
-    missing = httpx.post(f"{server.url}/detect", json={"q": ""})
-    assert missing.status_code == 400 and missing.json()["error"] == "Invalid request: missing q parameter"
-
-
-def test_several_models_in_one_server_are_routed_by_language_pair(tmp_path, lines, expected):
-    import torch
-
-    reverse = torch.load(CHECKPOINT, weights_only=False, map_location="cpu")
-    reverse["langs"] = ["de", "en"]  # the same weights claiming the other direction: which model served shows
-    torch.save(reverse, tmp_path / "de-en.pt")  # in /health's per-model counts
-    want = [rows[0][0] for rows in expected["checkpoint's search"]]
-    with serving(tmp_path, "--checkpoint", str(tmp_path / "de-en.pt"), checkpoint=CHECKPOINT) as s:
-        assert httpx.get(f"{s.url}/languages").json() == [
-            {"code": "en", "name": "English", "targets": ["de"]}, {"code": "de", "name": "German", "targets": ["en"]}]
-        ende = httpx.post(f"{s.url}/translate", json={"q": lines[:3], "source": "en", "target": "de"}).json()
-        assert ende["translatedText"] == want[:3]
-        deen = httpx.post(f"{s.url}/v1/translate", json={"sentences": lines[:2], "source": "de", "target": "en"})
-        assert deen.status_code == 200 and [m["sentences"] for m in s.health()["models"]] == [3, 2]
-        auto = httpx.post(f"{s.url}/translate", json={"q": "forty-two", "source": "auto", "target": "en"}).json()
-        assert auto["detectedLanguage"]["language"] == "de"  # the only source with a model into English
-        for body, needle in (({"q": "a"}, "several language pairs"), ({"q": "a", "source": "fr", "target": "de"},
-                                                                      "fr is not supported"),
-                             ({"q": "a", "source": "de", "target": "de"}, "German (de) is not available as a "
-                                                                          "target language from German (de)")):
-            reply = httpx.post(f"{s.url}/translate", json=body)
-            assert reply.status_code == 400 and needle in reply.json()["error"], reply.text
-        info = httpx.get(f"{s.url}/v1/info").json()
-        assert [m["languages"] for m in info["models"]] == [{"source": "en", "target": "de"},
-                                                            {"source": "de", "target": "en"}]
-        assert all(m["model"]["memory_mb"] > 0 for m in info["models"])
 
 
 def test_info_says_model_languages_and_search(server):

@@ -18,9 +18,8 @@ import httpx
 import pytest
 
 from nmt.config import Config
-from nmt.serve.batcher import Closed, Full
 
-from .test_serve import CHECKPOINT, Server, drain, recording_batcher, serving
+from .test_serve import CHECKPOINT, Server, serving
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "test2016.en"
 
@@ -47,61 +46,6 @@ def error_of(reply: httpx.Response, status: int, limit: str | None = None) -> st
 
 
 # --------------------------------------------------------------------------- 1. the queue: fair and bounded
-
-
-def test_a_one_sentence_client_goes_before_a_flood_queued_earlier_and_the_flood_is_served_in_turn():
-    b, batches = recording_batcher(max_cost=400)
-    first = b.submit([f"first {i:03d}" for i in range(200)], "x", client="flooder")  # 2,000 characters each:
-    second = b.submit([f"again {i:03d}" for i in range(200)], "x", client="flooder")  # large requests
-    other = b.submit([f"other {i:03d}" for i in range(200)], "x", client="another address")
-    one = b.submit(["hello"], "x", client="flooder")  # small: a client of its own, whatever its address
-    drain(b)
-    assert "hello" in batches[0][1] and one[0].result() == "x:hello"
-    order = [text for _, texts in batches for text in texts]
-    assert order.index("first 199") < order.index("again 000")  # one address: its requests in turn, whole
-    assert order.index("other 000") < order.index("first 100")  # another address: served alongside
-    assert all(f.done() for f in first + second + other)
-
-
-def test_the_queue_is_bounded_in_seconds_of_measured_work():
-    b, _ = recording_batcher(max_queue_seconds=2.0)
-    b.rate = 1000.0  # characters per second: the queue holds 2,000 characters
-    b.submit(["a" * 499] * 3, "x")  # 1,500
-    with pytest.raises(Full) as full:
-        b.submit(["a" * 1100], "x")  # a large request: past the bound
-    assert "serve.max_queue_seconds=2" in str(full.value) and full.value.retry_after == pytest.approx(1.5)
-    assert b.refusal(1101) is not None and b.refusal(499) is None  # asked before a request is read, too
-    taken = []
-    with pytest.raises(Full):
-        for _ in range(100):  # small requests (at most a paragraph) have a bound of their own
-            taken.append(b.submit(["a" * 99], "x"))
-    assert len(taken) == 2000 // 100
-    drain(b)
-    empty, _ = recording_batcher(max_queue_seconds=2.0)
-    empty.rate = 1000.0
-    alone = empty.submit(["a" * 9999], "x")  # a request larger than the bound is taken on an empty queue
-    drain(empty)
-    assert alone[0].result() == "x:" + "a" * 9999
-
-
-def test_closing_keeps_the_requests_that_fit_and_fails_the_others_at_once():
-    clock = [0.0]
-    b, batches = recording_batcher(clock=lambda: clock[0])
-    b.rate = 10.0
-    kept = b.submit(["a" * 9, "b" * 9], "x", client=1)  # 20 characters: 2 s
-    dropped = b.submit(["c" * 29], "x", client=2)  # 30: would end at 5 s
-    b.close(within=3.0)
-    assert isinstance(dropped[0].exception(timeout=0), Closed)
-    with pytest.raises(Closed):
-        b.submit(["late"], "x")
-    b.serve_forever()
-    assert [f.result() for f in kept] == ["x:" + "a" * 9, "x:" + "b" * 9]
-    b2, _ = recording_batcher(clock=lambda: clock[0])
-    stuck = b2.submit(["d"], "x")
-    b2.close(within=1.0)
-    clock[0] = 5.0  # the deadline passed before the model thread came back: what is queued fails
-    b2.serve_forever()
-    assert isinstance(stuck[0].exception(timeout=0), Closed)
 
 
 def test_a_flood_gets_503_json_while_a_one_sentence_client_is_answered_at_once(tmp_path, sentences):

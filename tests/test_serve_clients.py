@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from .test_serve import serving
+from .test_serve import CHECKPOINT, serving
 
 STATUS = ('<p>A man is riding a bike. <span translate="no">:blobcat:</span></p>'
           '<p><a href="https://x.example/@bob" class="u-url mention">@<span>bob</span></a> forty-two</p>')
@@ -102,3 +102,68 @@ def test_the_error_strings_clients_match(tmp_path):
         assert status == 400 and message == "xx is not supported"
         status, message = error(q="a" * 3000, api_key="s3cret")
         assert status == 400 and "exceeds text limit" in message  # Dialect and Zammad match this
+
+
+# --------------------------------------------------------------------------- the dialect in detail
+
+
+POST = ('<p>A man is riding a bike. Two dogs play in the snow.<br>Forty-two &amp; <b>seven</b>!</p>'
+        '<p><a href="https://x.example/@bob" class="u-url mention">@<span>bob</span></a> <code>ls -la</code></p>')
+
+
+def test_html_keeps_the_markup_and_translates_the_text_as_plain_sentences(url):
+    from nmt.serve.html import parse_html
+
+    doc = parse_html(POST)
+    plain = httpx.post(f"{url}/v1/translate", json={"sentences": doc.texts}, timeout=60).json()
+    want = doc.render([t["text"] for t in plain["translations"]])
+    for q in (POST, [POST, "<i>forty-two</i>"]):
+        reply = httpx.post(f"{url}/translate", json={"q": q, "source": "en", "target": "de", "format": "html",
+                                                            "alternatives": 1}, timeout=60).json()
+        got = reply["translatedText"] if isinstance(q, str) else reply["translatedText"][0]
+        assert got == want and reply["alternatives"] == ([] if isinstance(q, str) else [[], []])
+    assert "ls -la" in want and 'class="u-url mention">@<span>bob</span></a>' in want and "<br>" in want
+
+
+def test_auto_source_and_detect_answer_as_libretranslate(url):
+    one = httpx.post(f"{url}/translate", json={"q": "forty-two", "source": "auto", "target": "de"}).json()
+    plain = httpx.post(f"{url}/translate", json={"q": "forty-two", "source": "en", "target": "de"}).json()
+    assert one["translatedText"] == plain["translatedText"] and "detectedLanguage" not in plain
+    assert one["detectedLanguage"]["language"] == "en" and 0 < one["detectedLanguage"]["confidence"] <= 100
+    many = httpx.post(f"{url}/translate", data={"q": "seven", "source": "auto", "target": "de"}).json()
+    assert many["detectedLanguage"]["language"] == "en"  # a form too
+    listed = httpx.post(f"{url}/translate", json={"q": ["seven", "nine"], "source": "auto"}).json()
+    assert [d["language"] for d in listed["detectedLanguage"]] == ["en", "en"]  # one per text, as Mastodon reads
+    detected = httpx.post(f"{url}/detect", json={"q": "A man is riding a bike."}).json()
+    assert detected[0]["language"] == "en" and 0 < detected[0]["confidence"] <= 100
+    missing = httpx.post(f"{url}/detect", json={"q": ""})
+    assert missing.status_code == 400 and missing.json()["error"] == "Invalid request: missing q parameter"
+
+
+def test_several_models_in_one_server_are_routed_by_language_pair(tmp_path, url):
+    import torch
+
+    reverse = torch.load(CHECKPOINT, weights_only=False, map_location="cpu")
+    reverse["langs"] = ["de", "en"]  # the same weights claiming the other direction: which model served shows
+    torch.save(reverse, tmp_path / "de-en.pt")  # in /health's per-model counts
+    lines = ["A man is riding a bike.", "forty-two", "Two dogs play in the snow."]
+    want = httpx.post(f"{url}/translate", json={"q": lines, "source": "en", "target": "de"}).json()["translatedText"]
+    with serving(tmp_path, "--checkpoint", str(tmp_path / "de-en.pt"), checkpoint=CHECKPOINT) as s:
+        assert httpx.get(f"{s.url}/languages").json() == [
+            {"code": "en", "name": "English", "targets": ["de"]}, {"code": "de", "name": "German", "targets": ["en"]}]
+        ende = httpx.post(f"{s.url}/translate", json={"q": lines[:3], "source": "en", "target": "de"}).json()
+        assert ende["translatedText"] == want  # what the one-model server answers
+        deen = httpx.post(f"{s.url}/v1/translate", json={"sentences": lines[:2], "source": "de", "target": "en"})
+        assert deen.status_code == 200 and [m["sentences"] for m in s.health()["models"]] == [3, 2]
+        auto = httpx.post(f"{s.url}/translate", json={"q": "forty-two", "source": "auto", "target": "en"}).json()
+        assert auto["detectedLanguage"]["language"] == "de"  # the only source with a model into English
+        for body, needle in (({"q": "a"}, "several language pairs"), ({"q": "a", "source": "fr", "target": "de"},
+                                                                      "fr is not supported"),
+                             ({"q": "a", "source": "de", "target": "de"}, "German (de) is not available as a "
+                                                                          "target language from German (de)")):
+            reply = httpx.post(f"{s.url}/translate", json=body)
+            assert reply.status_code == 400 and needle in reply.json()["error"], reply.text
+        info = httpx.get(f"{s.url}/v1/info").json()
+        assert [m["languages"] for m in info["models"]] == [{"source": "en", "target": "de"},
+                                                            {"source": "de", "target": "en"}]
+        assert all(m["model"]["memory_mb"] > 0 for m in info["models"])
