@@ -327,9 +327,11 @@ def serve(
     POST /translate, POST /detect and GET /languages, native POST /v1/translate, GET /health, GET /v1/info, and a
     web page at /. Several --checkpoint: one model per language pair, each with its own batches.
 
-    Limits and batching: --set serve.KEY=VALUE (see nmt/config.py). Without --config, the search settings
-    are those the checkpoint was trained with; --set decode.KEY=VALUE overrides them. Stops on Ctrl-C or
-    SIGTERM after answering the requests in flight.
+    Limits (queue, deadlines, rate limits, connections, CORS, allowed hosts) and batching: --set
+    serve.KEY=VALUE (see nmt/serve_config.py and the README's Deploying). Without --config, the search settings
+    are those the checkpoint was trained with; --set decode.KEY=VALUE overrides them. On Ctrl-C or SIGTERM:
+    stops accepting, finishes the queued requests that fit in serve.shutdown_timeout, answers the rest 503, exits
+    0.
     """
     from nmt.serve import ServeOptions, run  # run: FastAPI, or the error line naming the serve extra
 
