@@ -54,11 +54,12 @@ class FairQueue:
         self._in_order = False
 
     def jobs(self) -> list[Job]:
-        """The queued jobs in fair order (a copy: give back what stays with `keep`)."""
+        """The queued jobs in fair order: the queue's own list, not a copy (the batcher reads it on the model thread
+        at every wake-up, under its lock); never change it, give back what stays with `keep`."""
         if not self._in_order:
             self._jobs.sort(key=lambda j: j.tag)  # stable: equal tags stay in arrival order
             self._in_order = True
-        return list(self._jobs)
+        return self._jobs
 
     def keep(self, rest: list[Job], started: list[Job]) -> None:
         """`rest` (in the order `jobs` gave) stays queued; `started` went into a batch; anything else was dropped."""

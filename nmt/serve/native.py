@@ -75,6 +75,10 @@ def _busy(full: Full) -> ApiError:
     return ApiError(503, str(full), "serve.max_queue_seconds", retry_after=full.retry_after)
 
 
+def _closing(closed: Closed) -> ApiError:
+    return ApiError(503, str(closed), retry_after=5)
+
+
 def _client(request: Request) -> tuple[str, int]:
     """Who a request is from: its address and port (the connection), as uvicorn gives it (behind a trusted proxy,
     the address it forwarded)."""
@@ -152,14 +156,14 @@ class Api:
         except Full as e:
             raise _busy(e) from None
         except Closed as e:
-            raise ApiError(503, str(e), retry_after=5) from None
+            raise _closing(e) from None
         self.requests += 1
         try:
             results = await _results(request, futures, self.limits.request_timeout)
         except HTTPException:
             raise
         except Closed as e:  # shutdown came before its turn
-            raise ApiError(503, str(e), retry_after=5) from None
+            raise _closing(e) from None
         except Exception as e:  # the model failed on this batch: the operator gets the traceback, the client a line
             log.error("translation failed", exc_info=e)
             raise ApiError(500, f"Cannot translate text: {first_line(e)}") from None  # LibreTranslate's words
