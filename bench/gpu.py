@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 from common import SelfTimed
 
+from nmt import precision
 from nmt.config import ModelConfig
 from nmt.device import pick_device
 from nmt.errors import NmtError
@@ -116,7 +117,7 @@ def matmul_format(dtype: str) -> str:
     """The format the matrix multiplies run in: bf16/fp16 under autocast; fp32 as TF32 where torch allows it."""
     if dtype != "fp32":
         return dtype
-    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32"
+    return "tf32" if precision.tf32_enabled() else "fp32"
 
 
 def peak_tflops(name: str, dtype: str) -> tuple[float | None, str]:

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from nmt import checkpoint
+from nmt import checkpoint, precision
 from nmt.config import ModelConfig
 from nmt.demo import write_demo
 from nmt.device import pick_device
@@ -81,10 +81,10 @@ def cuda_only(what: str) -> None:
 def full_fp32_matmuls():
     """fp32 products in full fp32 (no TF32), whatever an earlier test or the environment set: the fp32
     tolerances below are fp32's."""
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
+    before = precision.tf32_enabled()
+    precision.use_tf32(False)
     yield
-    torch.set_float32_matmul_precision(before)
+    precision.use_tf32(before)
     if DEVICE.type == "cuda":
         torch.cuda.empty_cache()
 

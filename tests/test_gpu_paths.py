@@ -239,18 +239,25 @@ def test_autocast_dtype_reads_the_device_types_autocast():
 
 
 def test_gpu_training_computes_fp32_in_tf32_and_decoding_does_not(monkeypatch):
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-
     class Model(torch.nn.Module):
         def to(self, *args, **kwargs):  # no GPU here: the move itself is not what is tested
             return self
 
-    precision.prepare(Model(), torch.device("cuda", 0), precision.Precision("bf16"), training=True)
-    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
-    monkeypatch.setattr(precision.kernels, "swap_linears", lambda *a, **k: pytest.fail("CPU kernels on a GPU"))
-    precision.prepare(Model(), torch.device("cuda", 0), precision.Precision("fp32"), training=False)
-    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32  # fp32 decoding: fp32
+    before = precision.tf32_enabled()
+    try:  # restored by the API under test: monkeypatch cannot undo torch >= 2.9's computed allow_tf32
+        precision.use_tf32(False)
+        precision.prepare(Model(), torch.device("cuda", 0), precision.Precision("bf16"), training=True)
+        assert precision.tf32_enabled()
+        if precision._PER_BACKEND_TF32:  # the documented switches, not the legacy ones (mixing is an error)
+            assert torch.backends.cuda.matmul.fp32_precision == "tf32" == torch.backends.cudnn.conv.fp32_precision
+            assert torch.backends.mkldnn.matmul.fp32_precision != "tf32"  # CPU products untouched
+        else:
+            assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        monkeypatch.setattr(precision.kernels, "swap_linears", lambda *a, **k: pytest.fail("CPU kernels on a GPU"))
+        precision.prepare(Model(), torch.device("cuda", 0), precision.Precision("fp32"), training=False)
+        assert not precision.tf32_enabled()  # fp32 decoding: fp32
+    finally:
+        precision.use_tf32(before)
 
 
 def test_each_rank_takes_its_own_gpu(monkeypatch):
