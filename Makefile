@@ -5,7 +5,8 @@ MULTI30K ?= ../shared/data/multi30k
 SRC ?= en
 TGT ?= de
 TRAIN_ARGS ?=
-STAMP := .install.stamp
+# one stamp per Python environment: a new venv installs everything again, even in a tree that had one
+STAMP := .install.$(shell $(PYTHON) -c "import hashlib, sys; print(hashlib.sha1(sys.prefix.encode()).hexdigest()[:8])").stamp
 
 .PHONY: install demo test lint bench-prepare bench-train bench-translate gpu multi30k clean
 
@@ -70,4 +71,4 @@ multi30k: $(STAMP)
 	$(PYTHON) -m nmt score --ref $(MULTI30K)/test2016.$(TGT) --hyp $(M30_RUN)/test2016.hyp.$(TGT) --metrics bleu,chrf
 
 clean:
-	rm -rf data/demo data/demo-raw runs/tiny $(STAMP)
+	rm -rf data/demo data/demo-raw runs/tiny .install.*stamp

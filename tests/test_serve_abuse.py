@@ -241,30 +241,35 @@ def test_the_open_files_limit_is_raised_to_the_hard_limit():
 
 def test_a_stop_signal_with_more_queued_than_the_shutdown_timeout_answers_all_and_exits_0(tmp_path, sentences):
     replies: dict[int, httpx.Response | Exception] = {}
-    with serving(tmp_path, "--set", "serve.shutdown_timeout=1") as s:
+    # the queue bound far away: what is refused here is refused for the stop, never for load
+    with serving(tmp_path, "--set", "serve.shutdown_timeout=1", "--set", "serve.max_queue_seconds=3600") as s:
+        # enough requests for ~4 s of queued work at the rate this server measured on this machine (slow or fast)
+        per_request = sum(len(line) for line in sentences[:100])
+        n = min(200, max(8, math.ceil(4 * s.health()["characters_per_second"] / per_request)))
+
         def client(i: int) -> None:
             try:
-                replies[i] = httpx.post(f"{s.url}/v1/translate", timeout=60,
+                replies[i] = httpx.post(f"{s.url}/v1/translate", timeout=120,
                                         json={"sentences": sentences[i % 3 * 100:i % 3 * 100 + 100]})
             except Exception as e:  # noqa: BLE001  (counted as a failure below)
                 replies[i] = e
 
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(20)]
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
         for t in threads:
             t.start()
-        for _ in range(200):
-            if (health := s.health())["requests"] >= 15:
+        for _ in range(1000):
+            if (health := s.health())["queued_seconds"] and health["queued_seconds"] > 2:
                 break
             time.sleep(0.02)
-        assert health["queued_seconds"] > 1  # more than the shutdown timeout
+        assert health["queued_seconds"] > 1, health  # more than the shutdown timeout, by the server's own measure
         s.proc.send_signal(signal.SIGTERM)
         stopped = time.monotonic()
         for t in threads:
-            t.join(60)
+            t.join(120)
         assert s.proc.wait(30) == 0
         assert time.monotonic() - stopped < 1 + 5
     statuses = sorted(r.status_code for r in replies.values() if isinstance(r, httpx.Response))
-    assert len(statuses) == 20 and set(statuses) == {200, 503}, replies
+    assert len(statuses) == n and set(statuses) <= {200, 503} and 503 in statuses, replies
     for r in replies.values():
         if r.status_code == 503:
             assert "shutting down" in r.json()["error"]
