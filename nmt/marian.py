@@ -9,7 +9,10 @@ Marian is the paper's post-norm Transformer with other choices, each an nmt mode
 activation, sines and cosines in two halves, a fixed logits bias, decoding started from <pad>, and
 its own vocabulary ids (nmt.tokenizer maps SentencePiece pieces through vocab.json). Anything else
 (pre-norm, learned positions, an untied output layer) is refused, naming the key: a model that
-imports must translate exactly as it does in `transformers`.
+imports must translate exactly as it does in `transformers`. A directory `nmt export --to hf` wrote for a
+model nmt trained starts decoding from <s> and numbers its pieces as its SentencePiece models do: it comes
+back as nmt trained it (no vocabulary mapping). The tensor names are nmt.modelspec's MARIAN table, which
+the export writes through.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import sentencepiece as spm
 import torch
 from torch import Tensor
 
@@ -27,7 +31,8 @@ from nmt.config import Config, ModelConfig
 from nmt.errors import NmtError, first_line
 from nmt.log import console
 from nmt.model import Transformer, sinusoidal_positions
-from nmt.tokenizer import Tokenizer
+from nmt.modelspec import DECODER_ROLES, ENCODER_ROLES, MARIAN
+from nmt.tokenizer import NMT_IDS, Tokenizer
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
@@ -55,7 +60,8 @@ def import_model(source: str, output: Path, *, src_lang: str | None = None, tgt_
     model = Transformer.from_config(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size,
                                     pad_id=tokenizer.special_ids.pad, joint_vocab=tokenizer.joint)
     try:
-        model.load_state_dict(convert_weights(weights, cfg.model, tokenizer.joint, weights_file))
+        model.load_state_dict(convert_weights(weights, cfg.model, tokenizer.joint and cfg.model.share_all_embeddings,
+                                              weights_file))
     except RuntimeError as e:  # a shape that config.json does not predict
         raise NmtError(f"{weights_file}: the weights do not fit config.json ({first_line(e, 160)})") from None
     Checkpoint.create(model.state_dict(), cfg, tokenizer, (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size),
@@ -128,7 +134,7 @@ def model_config(hf: dict[str, Any], path: Path) -> ModelConfig:
     activation = hf.get("activation_function", "gelu")
     if activation not in ACTIVATIONS:
         raise NmtError(f"{path}: activation_function={activation!r} is not supported ({'|'.join(ACTIVATIONS)})")
-    if hf.get("decoder_start_token_id", hf.get("pad_token_id")) != hf.get("pad_token_id"):
+    if starts_from_bos(hf) and hf.get("decoder_start_token_id") != hf.get("bos_token_id"):
         raise NmtError(f"{path}: decoder_start_token_id differs from pad_token_id (Marian starts from <pad>)")
     try:
         return ModelConfig(
@@ -171,9 +177,41 @@ def read_tokenizer(directory: Path, hf: dict[str, Any], src_lang: str | None, tg
     config = read_json(directory / "tokenizer_config.json") if (directory / "tokenizer_config.json").is_file() else {}
     src_lang = src_lang or config.get("source_lang") or "src"
     tgt_lang = tgt_lang or config.get("target_lang") or "tgt"
+    if starts_from_bos(hf):  # what `nmt export --to hf` writes for a model nmt trained
+        return own_ids_tokenizer(directory, hf, src_lang, tgt_lang, src_vocab, tgt_vocab)
     try:
         return Tokenizer(src_model, None if tgt_model == src_model else tgt_model, src_lang=src_lang,
                          tgt_lang=tgt_lang, normalize=None, src_vocab=src_vocab, tgt_vocab=tgt_vocab)
+    except NmtError as e:
+        raise NmtError(f"{directory}: {e}") from None
+
+
+def starts_from_bos(hf: dict[str, Any]) -> bool:
+    return hf.get("decoder_start_token_id", hf.get("pad_token_id")) != hf.get("pad_token_id")
+
+
+def own_ids_tokenizer(directory: Path, hf: dict[str, Any], src_lang: str, tgt_lang: str, src_vocab: list[str],
+                      tgt_vocab: list[str] | None) -> Tokenizer:
+    """A model nmt trained, exported with `nmt export --to hf`: decoding starts from <s>, and the vocabularies
+    are the SentencePiece models' own pieces in their own order, with nmt's special ids. Imported as nmt trained
+    it (no vocabulary mapping); anything else that starts from another token than <pad> is refused."""
+    models = [(directory / name).read_bytes() for name in ("source.spm", "target.spm")]
+    pieces = []
+    for model in models:
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.LoadFromSerializedProto(model)
+        except (RuntimeError, TypeError, OSError):
+            pieces.append(None)
+            continue
+        pieces.append([processor.id_to_piece(i) for i in range(processor.get_piece_size())])
+    if (hf.get("decoder_start_token_id") != NMT_IDS.bos or pieces[0] != src_vocab
+            or pieces[1] != (tgt_vocab or src_vocab)):
+        raise NmtError(f"{directory / 'config.json'}: decoder_start_token_id differs from pad_token_id (Marian "
+                       "starts from <pad>)")
+    try:
+        return Tokenizer(models[0], None if models[1] == models[0] else models[1], src_lang=src_lang,
+                         tgt_lang=tgt_lang, normalize=None)
     except NmtError as e:
         raise NmtError(f"{directory}: {e}") from None
 
@@ -269,11 +307,11 @@ class _Source:
         return first
 
 
-ENCODER = {"self_attn.out_proj": "self_attn.out_proj", "self_attn_layer_norm": "norm1", "fc1": "ffn.w1",
-           "fc2": "ffn.w2", "final_layer_norm": "norm2"}
-DECODER = {"self_attn.out_proj": "self_attn.out_proj", "self_attn_layer_norm": "norm1",
-           "encoder_attn.q_proj": "cross_attn.q_proj", "encoder_attn.out_proj": "cross_attn.out_proj",
-           "encoder_attn_layer_norm": "norm2", "fc1": "ffn.w1", "fc2": "ffn.w2", "final_layer_norm": "norm3"}
+# Marian's module name -> nmt's, from the one table nmt.export.hf writes through (nmt.modelspec)
+ENCODER = {MARIAN[role]: ours for role, ours in ENCODER_ROLES.items()}
+DECODER = {MARIAN[role]: ours for role, ours in DECODER_ROLES.items()}
+SELF_QKV = [MARIAN[f"self_attn.{p}"] for p in "qkv"]
+CROSS_KV = [MARIAN[f"cross_attn.{p}"] for p in "kv"]
 
 
 def convert_weights(weights: dict[str, Tensor], cfg: ModelConfig, joint: bool, path: Path) -> dict[str, Tensor]:
@@ -297,9 +335,9 @@ def convert_weights(weights: dict[str, Tensor], cfg: ModelConfig, joint: bool, p
             hf, ours = f"{side}.layers.{i}", f"{side}_layers.{i}"
             for name, to in table.items():
                 out[f"{ours}.{to}.weight"], out[f"{ours}.{to}.bias"] = src.linear(f"{hf}.{name}")
-            _fuse(out, f"{ours}.self_attn.qkv_proj", [src.linear(f"{hf}.self_attn.{p}_proj") for p in "qkv"])
+            _fuse(out, f"{ours}.self_attn.qkv_proj", [src.linear(f"{hf}.{name}") for name in SELF_QKV])
             if side == "decoder":
-                _fuse(out, f"{ours}.cross_attn.kv_proj", [src.linear(f"{hf}.encoder_attn.{p}_proj") for p in "kv"])
+                _fuse(out, f"{ours}.cross_attn.kv_proj", [src.linear(f"{hf}.{name}") for name in CROSS_KV])
     _check_positions(src, cfg)
     unused = sorted(set(src.tensors) - src.used)
     if unused:
