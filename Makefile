@@ -8,16 +8,24 @@ TRAIN_ARGS ?=
 # one stamp per Python environment: a new venv installs everything again, even in a tree that had one
 STAMP := .install.$(shell $(PYTHON) -c "import hashlib, sys; print(hashlib.sha1(sys.prefix.encode()).hexdigest()[:8])").stamp
 
-.PHONY: install demo test lint bench-prepare bench-train bench-translate gpu multi30k clean
+.PHONY: install libretranslate demo test lint bench-prepare bench-train bench-translate gpu multi30k clean
 
 # torch first, pinned to the CPU wheel when missing, so pip never pulls a multi-GB CUDA build;
 # a GPU user installs their own torch beforehand and it is kept.
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[dev,plot,serve]"
+	$(PIP) install -q -e ".[dev,plot,serve,export]"
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+# LibreTranslate in a venv of its own (it pins rich<13 and numpy<2, which nmt's environment cannot hold), as it is
+# deployed beside nmt: tests/test_export_argos.py serves an exported model with it (and skips without it)
+LT_VENV := .venv-libretranslate
+libretranslate: $(LT_VENV)/bin/libretranslate
+$(LT_VENV)/bin/libretranslate:
+	$(PYTHON) -m venv $(LT_VENV)
+	$(LT_VENV)/bin/pip install -q libretranslate==1.9.6
 
 demo: $(STAMP)
 	$(PYTHON) -m nmt prepare --config configs/tiny.yaml --demo

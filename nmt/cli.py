@@ -304,6 +304,36 @@ def import_(
 
 @app.command()
 @user_errors
+def export(
+    checkpoint: Annotated[Path, typer.Option(
+        help="The checkpoint to export, or a run dir (its averaged.pt, else best.pt, else last.pt).")],
+    to: Annotated[str, typer.Option(
+        help="ct2: a CTranslate2 model directory; argos: an Argos Translate package (.argosmodel) that "
+             "LibreTranslate serves; hf: a Hugging Face MarianMTModel directory.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The directory (or .argosmodel file) to write.")],
+    quantization: Annotated[str | None, typer.Option(
+        help="ct2/argos weights: none, int8, int8_float32, int16, float16, bfloat16 (ct2 default none, argos "
+             "int8).")] = None,
+    push: Annotated[str | None, typer.Option(
+        help="hf: then upload the directory to this Hugging Face hub repo (needs a token: hf auth login).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists.")] = False,
+) -> None:
+    """Export a model for another engine: CTranslate2, Argos Translate / LibreTranslate, or Hugging Face.
+
+    The exported model translates as `nmt translate` does (same weights, vocabulary, special tokens and search
+    settings; each target's README says how to call it). What a target cannot express is refused in one line.
+    The output is written to a temporary path beside OUTPUT and moved into place when complete.
+    """
+    from nmt.export import export as run_export
+
+    options = {"quantization": quantization} if quantization is not None else {}
+    if push is not None:
+        options["push"] = push
+    run_export(checkpoint, to, output, force=force, **options)
+
+
+@app.command()
+@user_errors
 def serve(
     config: ConfigOpt = None,
     overrides: SetOpt = None,

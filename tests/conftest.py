@@ -218,3 +218,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+# the models `nmt export` is proven on: session fixtures defined once here, so every tests/test_export_*.py shares
+# one build (imported at the end: export_models.py uses this module's helpers)
+from .export_models import export_lines, export_models  # noqa: E402, F401

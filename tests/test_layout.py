@@ -22,7 +22,8 @@ def module_name(path: Path) -> str:
 FILES = {module_name(p): p for p in sorted(NMT.rglob("*.py"))}
 MODULES = sorted(FILES)
 CLI = {"cli", "__main__"}
-COMMANDS = {"prepare", "train", "translate", "info", "marian", "serve"}  # orchestrate the core, never each other
+# orchestrate the core, never each other
+COMMANDS = {"prepare", "train", "translate", "info", "marian", "serve", "export"}
 # the core of the core: they know nothing of files, configs or tokenizers (nmt modules they may import):
 # the model imports only the kernels and the cache
 TORCH_ONLY = {"model": {"kernels", "cache"}, "cache": set(), "kernels": set(), "search": {"kernels"}}
