@@ -27,6 +27,10 @@ three do the same `--length` + 1 decoder steps over batch x 4 rows:
   - CT2:   min_decoding_length = max_decoding_length = L + 1: CT2 stops at its maximum without an EOS
            step, so this makes its L + 1 decoder steps too (it returns L + 1 tokens; L are counted).
 
+A fourth contestant, `ct2-nmt`, is our own model exported by `nmt export --to ct2` (nmt.export.ct2.convert:
+CTranslate2's model-spec API, int8 weights with --dtype int8), run by CTranslate2 exactly as the `ct2` column:
+what a user of the export gets, beside `nmt translate` on the same weights.
+
 The script checks that every system returned the expected number of tokens per sentence. Reported:
 generated tokens/s (batch x L per call, EOS not counted) and sentences/s, medians over interleaved repeats,
 the ratios ours/HF and ours/CT2, and how much CPU other processes took meanwhile. CT2 runs in a child
@@ -85,6 +89,7 @@ from gpu import check_dtype, device_from, device_label, synced
 from nmt import kernels
 from nmt.precision import Precision, prepare
 from nmt.search import beam_search
+from nmt.tokenizer import NMT_IDS
 
 BEAM, ALPHA = 4, 0.6
 DTYPES = ("fp32", "bf16", "fp16", "int8")
@@ -216,10 +221,55 @@ def _ct2_worker(conn, model_dir: str, device: str, index: int, compute_type: str
         conn.send((now() - start, [len(r.hypotheses[0]) for r in result]))
 
 
-def ct2_fn(ct2, src, length, device: torch.device, compute_type: str, threads: int, clock: str, pad: int):
-    """(run, check) of CTranslate2 on `device` in a worker process, or None (with a note) where it cannot load."""
+class NamedVocab:
+    """What nmt.modelspec.describe reads of a tokenizer, for a random-weight model without a SentencePiece model:
+    made-up pieces with nmt's special ids."""
+
+    joint, src_lang, tgt_lang, normalize, special_ids = True, "src", "tgt", None, NMT_IDS
+
+    def __init__(self, names: list[str]):
+        self.names, self.src_vocab_size, self.tgt_vocab_size = names, len(names), len(names)
+
+    def src_id_pieces(self, ids: list[int]) -> list[str]:
+        return [self.names[i] for i in ids]
+
+    tgt_pieces = src_id_pieces
+
+
+def ct2_export(model, cfg, vocab: int, ckpt, workdir: str, dtype: str) -> tuple[str, list[str]] | None:
+    """Our model as `nmt export --to ct2` writes it (nmt.export.ct2.convert over nmt.modelspec.describe): (model
+    dir, vocabulary), or None if ctranslate2 is not installed. `ckpt`: the imported checkpoint of a Marian config,
+    else None (a checkpoint of the random weights is made up, with NamedVocab as its tokenizer)."""
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        return None
+    from nmt.checkpoint import Checkpoint
+    from nmt.config import Config
+    from nmt.export.ct2 import convert
+    from nmt.modelspec import describe
+
+    if ckpt is None:
+        names = ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4, vocab)]
+
+        class Stub(Checkpoint):
+            def tokenizer(self):
+                return NamedVocab(names)
+
+        ckpt = Stub(model=model.state_dict(), config=Config(model=cfg).to_dict(), vocab={"src": vocab, "tgt": vocab},
+                    langs=["src", "tgt"])
+    description = describe(ckpt)
+    out = Path(workdir) / "ct2-nmt"
+    convert(description, out, "int8" if dtype == "int8" else None)
+    return str(out), description.src_vocab
+
+
+def ct2_fn(ct2, src, length, device: torch.device, compute_type: str, threads: int, clock: str, pad: int,
+           eos: int | None = None):
+    """(run, check) of CTranslate2 on `device` in a worker process, or None (with a note) where it cannot load.
+    `eos`: the id left out of the sources, where the model appends EOS itself (nmt's export)."""
     model_dir, names = ct2
-    tokens = [[names[i] for i in row if i != pad] for row in src.tolist()]
+    tokens = [[names[i] for i in row if i not in (pad, eos)] for row in src.tolist()]
     ctx = mp.get_context("spawn")
     conn, child_conn = ctx.Pipe()
     proc = ctx.Process(target=_ct2_worker, daemon=True, args=(child_conn, model_dir, device.type, device.index or 0,
@@ -250,13 +300,16 @@ def sources(batch: int, vocab: int, ids: Ids) -> torch.Tensor:
 
 
 def contestants(name: str, args, workdir: str, use_ct2: bool):
-    """(ours, HF, CTranslate2 model or None, special ids, vocabulary size, ModelConfig) for a config name, or
-    for a Marian directory (`--marian-dir`, or `opus-mt`: one written with random weights)."""
+    """(ours, HF, CTranslate2 model or None, our export to CTranslate2 or None, special ids, vocabulary size,
+    ModelConfig) for a config name, or for a Marian directory (`--marian-dir`, or `opus-mt`: one written with
+    random weights)."""
     if name not in ("opus-mt", "marian-dir"):
         cfg = model_config(name)
         hf_model = marian(cfg, args.vocab).eval()
         ct2 = ct2_model(hf_model, f"{workdir}/{name}") if use_ct2 else None
-        return ours(cfg, args.vocab).eval(), hf_model, ct2, NMT, args.vocab, cfg
+        ours_model = ours(cfg, args.vocab).eval()
+        exported = ct2_export(ours_model, cfg, args.vocab, None, f"{workdir}/{name}", args.dtype) if use_ct2 else None
+        return ours_model, hf_model, ct2, exported, NMT, args.vocab, cfg
     from transformers import MarianMTModel
 
     from nmt import checkpoint
@@ -271,14 +324,17 @@ def contestants(name: str, args, workdir: str, use_ct2: bool):
     ct2 = ct2_marian(model_dir, f"{workdir}/{name}") if use_ct2 else None
     special = tokenizer.special_ids
     ids = Ids(bos=special.bos, eos=special.eos, pad=special.pad)
-    return ours_model, hf_model, ct2, ids, tokenizer.src_vocab_size, config_from_dict(state["config"]).model
+    cfg = config_from_dict(state["config"]).model
+    exported = ct2_export(ours_model, cfg, tokenizer.src_vocab_size, state, f"{workdir}/{name}",
+                          args.dtype) if use_ct2 else None
+    return ours_model, hf_model, ct2, exported, ids, tokenizer.src_vocab_size, cfg
 
 
 def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> list[list[str]]:
     """Rows of the table for a config; `gpu`: the GPU path (sync timing, CT2 on the GPU), on `device`."""
     precision = Precision(args.dtype)
     use_ct2 = not args.no_ct2 and (gpu or args.dtype != "bf16")  # CT2 has bf16 on GPUs only
-    ours_model, hf_model, ct2, ids, vocab, cfg = contestants(name, args, workdir, use_ct2)
+    ours_model, hf_model, ct2, exported, ids, vocab, cfg = contestants(name, args, workdir, use_ct2)
     hf_model = hf_model.to(device=device, dtype=precision.dtype)
     if args.dtype == "int8":  # the same int8 scheme for HF (equal work)
         hf_model = kernels.to_int8(hf_model)
@@ -296,6 +352,9 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
         if ct2 is not None and (ct2_run := ct2_fn(ct2, src, args.length, device, CT2_TYPES[args.dtype],
                                                   args.threads, args.clock, ids.pad)):
             fns["ct2"] = ct2_run
+        if exported is not None and (ct2_run := ct2_fn(exported, src, args.length, device, CT2_TYPES[args.dtype],
+                                                       args.threads, args.clock, ids.pad, eos=ids.eos)):
+            fns["ct2-nmt"] = ct2_run
         for label, (run, check) in fns.items():
             if not check(run()):
                 raise SystemExit(f"{label}: hypotheses do not all have {args.length} tokens; the work is not equal")
@@ -308,10 +367,9 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
         # Paired ratio: each round's ours vs the peer's time from the same round, median over rounds.
         paired = {k: median([p / o for o, p in zip(times["ours"], times[k], strict=True)]) for k in times}
         row = [name, str(batch)]
-        for k in ("ours", "hf", "ct2"):
+        for k in ("ours", "hf", "ct2", "ct2-nmt"):
             row += ([f"{batch * args.length / sec[k]:,.0f}", f"{batch / sec[k]:,.1f}"] if k in sec else ["-", "-"])
-        row += [f"{sec['hf'] / sec['ours']:.2f} ({paired['hf']:.2f})",
-                f"{sec['ct2'] / sec['ours']:.2f} ({paired['ct2']:.2f})" if "ct2" in sec else "-"]
+        row += [f"{sec[k] / sec['ours']:.2f} ({paired[k]:.2f})" if k in sec else "-" for k in ("hf", "ct2", "ct2-nmt")]
         if args.floor and args.dtype != "int8":  # quantized linears are not aten matrix multiplies
             floor = gemm_floor(fns["ours"][0], args.repeats, args.clock, device, gpu)
             row += [f"{100 * floor / sec['ours']:.0f}%", f"{sec['hf'] / floor:.2f}"]
@@ -361,7 +419,7 @@ def main() -> None:
           f"{args.dtype}, torch {torch.__version__}, other processes' CPU share "
           f"during the run: {load}); ratio = ours speed / peer speed (in brackets: median of per-round ratios)")
     header = ["config", "batch", "ours tok/s", "ours sent/s", "hf tok/s", "hf sent/s", "ct2 tok/s", "ct2 sent/s",
-              "ours/hf", "ours/ct2"]
+              "ct2-nmt tok/s", "ct2-nmt sent/s", "ours/hf", "ours/ct2", "ours/ct2-nmt"]
     if args.floor and args.dtype != "int8":
         header += ["gemm share", "ceiling vs hf"]
     print(table(header, rows))
