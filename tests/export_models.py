@@ -8,7 +8,7 @@ the exporters must handle, and the 100 test lines they translate:
 - marian: a Hugging Face MarianMTModel (swish, halves, scaled embeddings, a logits bias, <pad> last) trained
   briefly and brought in with `nmt import`
 
-Import the fixtures into a test module with `from .export_models import export_lines, export_models`.
+tests/conftest.py registers the fixtures once, so every test module shares one build per session.
 """
 
 from __future__ import annotations
