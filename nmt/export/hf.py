@@ -57,9 +57,10 @@ def write(model: ModelDescription, path: Path, *, push: str | None = None, quant
     path.mkdir(parents=True)
     save_file(weights(model), str(path / "model.safetensors"), metadata={"format": "pt"})
     dump(path / "config.json", config(model))
-    dump(path / "generation_config.json", generation_config(model))
+    generation = generation_config(model)
+    dump(path / "generation_config.json", generation)
     write_tokenizer(model, path)
-    (path / "README.md").write_text(model_card(model, generation_config(model)), encoding="utf-8")
+    (path / "README.md").write_text(model_card(model, generation), encoding="utf-8")
 
 
 def after(path: Path, *, push: str | None = None, **_: Any) -> None:
