@@ -103,8 +103,14 @@ def run_cli(*args: str | Path, input: bytes | str | None = None) -> Result:
 
 def nmt_env(**extra: str) -> dict[str, str]:
     """The environment of an nmt child process: this checkout's nmt, one OpenMP thread, then `extra`. It
-    carries CUDA_VISIBLE_DEVICES="" (no GPU) except in tests marked gpu (see "no CUDA unless marked gpu")."""
-    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **extra}
+    carries CUDA_VISIBLE_DEVICES="" (no GPU) except in tests marked gpu (see "no CUDA unless marked gpu"). A
+    PYTHONPATH the tests run with stays after the checkout (packages installed with pip --target)."""
+    return {**os.environ, "PYTHONPATH": python_path(), "OMP_NUM_THREADS": "1", **extra}
+
+
+def python_path() -> str:
+    """This checkout first, then the PYTHONPATH this process was given."""
+    return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 
 def nmt_process(*args: str, stdin: bytes | None = None, cwd: Path | None = None, entry: Sequence[str] = ("-m", "nmt"),

@@ -25,11 +25,11 @@ from nmt.config import Config, load_config
 from nmt.demo import write_demo
 from nmt.errors import ConfigError
 
-from .conftest import assert_one_line_error, nmt_process, run_cli
+from .conftest import assert_one_line_error, nmt_process, python_path, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = ROOT / "tests" / "data" / "demo-model.pt"  # a fixed small demo model (see test_golden.py)
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+ENV = {**os.environ, "PYTHONPATH": python_path(), "OMP_NUM_THREADS": "1"}
 SCORE_TOL = 2e-4  # printed scores are rounded to 4 decimals, and batch shapes move the last digit
 LIMITS = ["--set", "serve.max_sentences=110", "--set", "serve.max_chars=300", "--set", "serve.max_body_bytes=32768",
           "--set", "serve.max_beam=8", "--set", "serve.max_delay_ms=50"]
