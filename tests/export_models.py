@@ -5,8 +5,8 @@ the exporters must handle, and the 100 test lines they translate:
 - prenorm: the Multi30k config's shape (4+4 layers, d_model 128, 4 heads, d_ff 256, pre-norm), with gelu and
   Marian's sin/cos halves, briefly trained on the demo corpus
 - separate: separate source/target vocabularies and untied embeddings, post-norm, briefly trained
-- marian: a Hugging Face MarianMTModel (swish, halves, scaled embeddings, a logits bias, <pad> last) trained
-  briefly and brought in with `nmt import`
+- marian: a Hugging Face MarianMTModel (swish, halves, scaled embeddings, a logits bias, <pad> last), trained
+  by tests/data/make_marian_model.py and committed in tests/data/marian-en-de, brought in with `nmt import`
 
 tests/conftest.py registers the fixtures once, so every test module shares one build per session.
 """
@@ -39,7 +39,7 @@ def export_models(tmp_path_factory, demo_raw, demo_data) -> dict[str, Path]:
     """kind -> checkpoint path, for every kind in KINDS (built on first use, once per session)."""
     root = tmp_path_factory.mktemp("export-models")
     return {"tiny": ROOT / "data" / "demo-model.pt", "prenorm": _prenorm(root, demo_data),
-            "separate": _separate(root, demo_raw), "marian": _marian(root, tmp_path_factory)}
+            "separate": _separate(root, demo_raw), "marian": _marian(root)}
 
 
 def _trained(data: Path, run: Path, *overrides: str) -> Path:
@@ -67,10 +67,7 @@ def _separate(root: Path, raw: dict[str, str]) -> Path:
                     "train.max_updates=200")
 
 
-def _marian(root: Path, tmp_path_factory) -> Path:
+def _marian(root: Path) -> Path:
     from nmt.marian import import_model
 
-    from .test_marian import base
-
-    hf = base.__wrapped__(tmp_path_factory)  # the trained MarianMTModel of tests/test_marian.py
-    return import_model(str(hf["dir"]), root / "marian.pt", src_lang="en", tgt_lang="de")
+    return import_model(str(ROOT / "data" / "marian-en-de"), root / "marian.pt", src_lang="en", tgt_lang="de")
