@@ -1,7 +1,9 @@
 """The LibreTranslate dialect of `nmt serve`: `POST /translate`, `POST /detect` and `GET /languages` as
 LibreTranslate answers them (its error strings included, which clients match), so that its clients work unchanged.
 Requests come as JSON or as forms; they go through the native API's checks and queue (nmt.serve.native.Api).
-`source: "auto"` detects the language among those served (nmt.serve.detect)."""
+`source: "auto"` detects the language among those served (nmt.serve.detect). Codes are taken as clients write them
+(zh-CN, zh_TW, ZH-hans, pt-br) and answered as nmt.langcodes writes them (zh, zh-Hant, pt-BR), as /languages
+lists them."""
 
 from __future__ import annotations
 
@@ -74,10 +76,10 @@ async def translate(api: Api, request: Request) -> JSONResponse:
     if fmt not in ("text", "html"):
         raise ApiError(400, f"{shown(req.format)} format is not supported")
     texts = [req.q] if isinstance(req.q, str) else req.q
-    source, target = (req.source or "").lower() or None, (req.target or "").lower() or None
+    source, target = req.source or None, req.target or None  # as written: routing canonicalises (nmt.langcodes)
     detected = None
-    if source == "auto":  # LibreTranslate detects over all the texts together and answers with it for each
-        source, confidence = await _source_of(api, " ".join(texts), target)
+    if (source or "").lower() == "auto":  # LibreTranslate detects over all the texts together, answers it for each
+        source, confidence = await _source_of(api, " ".join(texts), api.models.canonical(target))
         one = {"confidence": confidence, "language": source}
         detected = one if isinstance(req.q, str) else [one] * len(texts)
     service = api.models.route(source, target)

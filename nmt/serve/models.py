@@ -8,19 +8,26 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from nmt import langcodes
+from nmt.langcodes import language_name
 from nmt.serve.http_errors import ApiError, shown
 from nmt.serve.worker import Service
 
-LANGUAGE_NAMES = {
-    "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "en": "English", "es": "Spanish",
-    "fi": "Finnish", "fr": "French", "hi": "Hindi", "hu": "Hungarian", "it": "Italian", "ja": "Japanese",
-    "ko": "Korean", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian",
-    "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
-}
+__all__ = ["Models", "language_name"]  # language_name: nmt.langcodes' (nmt.serve.libre_settings imports it here)
 
 
-def language_name(code: str) -> str:
-    return LANGUAGE_NAMES.get(code, code)
+def served_langs(service: Service) -> tuple[str, str]:
+    """The (source, target) codes a model is served under: its checkpoint's, canonical (a checkpoint written
+    "zh-CN" serves "zh"); a code that is no language code (an old run's "src") is served as written."""
+    assert service.model is not None
+    return tuple(_canonical_or_same(code) for code in service.model.langs)  # type: ignore[return-value]
+
+
+def _canonical_or_same(code: str) -> str:
+    try:
+        return langcodes.canonical(code)
+    except ValueError:
+        return code
 
 
 class Models:
@@ -64,20 +71,31 @@ class Models:
         """(source, target) -> the service translating it; the first checkpoint of a pair given twice."""
         found: dict[tuple[str, str], Service] = {}
         for service in self.ready():
-            found.setdefault(service.model.langs, service)  # type: ignore[union-attr]
+            found.setdefault(served_langs(service), service)
         return found
 
     def sources(self) -> list[str]:
         return list(dict.fromkeys(src for src, _ in self.pairs()))
 
+    def canonical(self, code: str | None) -> str | None:
+        """A request's language code as served (nmt.langcodes.canonical: zh-TW, zh_Hant and ZH-hant are all
+        zh-Hant); None for none. A malformed code is answered as LibreTranslate answers a code it lacks."""
+        if not code:
+            return None
+        try:
+            return langcodes.canonical(code)
+        except ValueError:
+            raise ApiError(400, f"{shown(code)} is not supported") from None
+
     def route(self, source: str | None, target: str | None) -> Service:
-        """The service for this pair; a missing side is filled in when only one model fits. Errors as
-        LibreTranslate words them (clients match "is not supported")."""
+        """The service for this pair (the codes as clients write them); a missing side is filled in when only one
+        model fits. Errors as LibreTranslate words them (clients match "is not supported")."""
         pairs = self.pairs()
         codes = {code for pair in pairs for code in pair}
-        for code in (source, target):
-            if code is not None and code not in codes:
-                raise ApiError(400, f"{shown(code)} is not supported")
+        for written in (source, target):
+            if written and self.canonical(written) not in codes:
+                raise ApiError(400, f"{shown(written)} is not supported")
+        source, target = self.canonical(source), self.canonical(target)
         fits = [s for (src, tgt), s in pairs.items() if source in (None, src) and target in (None, tgt)]
         if len(fits) == 1:
             return fits[0]
@@ -107,7 +125,7 @@ class Models:
             described.append({
                 "model": {"checkpoint": m.checkpoint.name, "architecture": m.config.get("model"), "vocab": m.vocab,
                           "memory_mb": round(m.memory_bytes / 2**20, 1)},
-                "languages": {"source": m.langs[0], "target": m.langs[1]},
+                "languages": dict(zip(("source", "target"), served_langs(service))),
                 "decode": dataclasses.asdict(t.decode), "device": str(t.device), "dtype": t.dtype,
                 "quantize": t.quantize})
         return described
