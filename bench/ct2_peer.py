@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import json
 import multiprocessing as mp
+import os
 import sys
 from pathlib import Path
 
@@ -71,11 +72,16 @@ def _ct2_worker(conn, model_dir: str, device: str, index: int, compute_type: str
         return
     conn.send("ready")
     now = CLOCKS[clock]
-    while conn.recv() == "run":
-        start = now()
-        result = translator.translate_batch(tokens, beam_size=beam, length_penalty=alpha, max_batch_size=0,
-                                            min_decoding_length=length + 1, max_decoding_length=length + 1)
-        conn.send((now() - start, [len(r.hypotheses[0]) for r in result]))
+    try:
+        while conn.recv() == "run":
+            start = now()
+            result = translator.translate_batch(tokens, beam_size=beam, length_penalty=alpha, max_batch_size=0,
+                                                min_decoding_length=length + 1, max_decoding_length=length + 1)
+            conn.send((now() - start, [len(r.hypotheses[0]) for r in result]))
+    except (EOFError, OSError):  # the bench was killed: without this, CTranslate2's threads outlive it, spinning
+        pass
+    finally:
+        os._exit(0)
 
 
 class NamedVocab:

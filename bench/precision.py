@@ -25,7 +25,7 @@ import torch
 from common import OtherLoad, interleaved, median, table
 
 from nmt import checkpoint
-from nmt.score import score
+from nmt.score import bleu_tokenizer, language_of_file, score
 from nmt.translator import ModelOptions, Translator
 
 MODES = {"fp32": {"dtype": "fp32"}, "bf16": {"dtype": "bf16"}, "int8": {"dtype": "fp32", "quantize": "int8"}}
@@ -63,14 +63,15 @@ def main() -> None:
     for m in modes:
         hyps = [t.text[0] for t in outputs[m]]
         tokens = sum(len(t.hypotheses[0].tokens) + 1 for t in outputs[m] if t.hypotheses)
-        s = score(hyps, [refs], metrics="bleu,chrf")
+        s = score(hyps, [refs], metrics="bleu,chrf", tokenize=bleu_tokenizer(language_of_file(args.ref)).name)
         sec = median(times[m])
         base = base or (sec, s["bleu"]["score"], s["chrf"]["score"])
         rows.append([m, f"{len(lines) / sec:,.1f}", f"{tokens / sec:,.0f}", f"{base[0] / sec:.2f}x",
                      f"{s['bleu']['score']:.2f}", f"{s['bleu']['score'] - base[1]:+.2f}", f"{s['chrf']['score']:.2f}",
                      f"{s['chrf']['score'] - base[2]:+.2f}"])
     print(f"\n{args.checkpoint} on {args.src} ({len(lines)} lines), beam {decode.beam}, {args.threads} threads, "
-          f"median of {args.repeats}, torch {torch.__version__}, other processes' CPU share: {load}", file=sys.stderr)
+          f"median of {args.repeats}, torch {torch.__version__}, other processes' CPU share: {load}; BLEU "
+          f"{s['bleu']['signature']}", file=sys.stderr)
     print(table(["mode", "sent/s", "tok/s", "speed-up", "BLEU", "dBLEU", "chrF", "dchrF"], rows))
 
 

@@ -1,94 +1,31 @@
-"""The `nmt` command line: each command parses options, loads the config and calls one function."""
+"""The `nmt` command line: each command parses options, loads the config and calls one function. The commands
+around a trained model (average, score, plot, info, import, export) live in nmt.cli_tools."""
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
 
-from nmt.errors import NmtError
+from nmt.cli_common import (
+    ConfigOpt,
+    DeviceOpt,
+    DtypeOpt,
+    QuantizeOpt,
+    SetOpt,
+    _config,
+    _err,
+    _settings,
+    app,
+    user_errors,
+)
 
 try:  # Typer >= 0.22 carries its own click, whose exceptions all derive from this public class
     from typer import TyperException as ParserError
 except ImportError:  # older Typer runs on click itself
     from click import ClickException as ParserError
-
-app = typer.Typer(
-    name="nmt",
-    help="Train and run Transformer translation models: prepare -> train -> translate -> score.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option("--config", "-c",
-                 help="YAML config (sections data/model/train/decode/serve); defaults apply without it."),
-]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("--set", "-s", help="Override a config key, e.g. --set train.lr=5e-4 (repeatable)."),
-]
-# how `translate` and `serve` run the model (nmt.translator.ModelOptions)
-DeviceOpt = Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")]
-DtypeOpt = Annotated[str, typer.Option(
-    help="auto | fp32 | bf16 | fp16 (fp16 on CUDA only). auto: on a GPU bf16 where native (Ampere and newer), "
-         "else fp16; on a CPU bf16 for models of d_model >= 256 where native (AVX512-BF16 or AMX), else fp32.")]
-QuantizeOpt = Annotated[str | None, typer.Option(
-    help="'int8': dynamic int8 quantization of Linear layers (CPU speed-up).")]
-
-
-def _err(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-
-
-def _os_error(e: OSError) -> str:
-    where = " -> ".join(str(f) for f in (e.filename, e.filename2) if f is not None)
-    reason = " ".join(str(e.strerror or e).split())
-    return f"{reason}: {where}" if where else reason
-
-
-def user_errors(fn: F) -> F:
-    """Turn user mistakes into one line on stderr and exit 1 (no traceback)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except NmtError as e:
-            _err(str(e))
-            raise typer.Exit(1) from None
-        except KeyboardInterrupt:
-            _err("interrupted")
-            raise typer.Exit(130) from None
-        except BrokenPipeError:  # e.g. `nmt translate | head`
-            sys.stderr.close()
-            raise typer.Exit(0) from None
-        except OSError as e:  # a full disk, a missing permission, a directory where a file goes: the machine's state
-            _err(_os_error(e))
-            raise typer.Exit(1) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _settings(overrides: list[str] | None, **direct: Any) -> list[str]:
-    """--set values, then the dedicated options that were given, all as section.key=value."""
-    return list(overrides or []) + [f"{k}={v}" for k, v in direct.items() if v is not None]
-
-
-def _config(config: Path | None, settings: list[str]):
-    """Config file <- --set <- dedicated options."""
-    from nmt.config import load_config
-
-    return load_config(config, settings)
 
 
 @app.command()
@@ -160,22 +97,6 @@ def train(
 
 @app.command()
 @user_errors
-def average(
-    config: ConfigOpt = None,
-    overrides: SetOpt = None,
-    run_dir: Annotated[str | None, typer.Option(help="Run dir (train.run_dir).")] = None,
-    last: Annotated[int | None, typer.Option(help="How many newest checkpoints (train.average_last).")] = None,
-) -> None:
-    """Average the last K checkpoints of a run into averaged.pt (as in the paper)."""
-    from nmt.rundir import RunDir
-
-    cfg = _config(config, _settings(overrides, **{"train.run_dir": run_dir}))
-    typer.echo(f"wrote {RunDir(cfg.train.run_dir).average(cfg.train.average_last if last is None else last)}",
-               err=True)
-
-
-@app.command()
-@user_errors
 def translate(
     config: ConfigOpt = None,
     overrides: SetOpt = None,
@@ -234,102 +155,7 @@ def translate(
     translate_file(_config(config, settings), opts, input, output)
 
 
-@app.command()
-@user_errors
-def score(
-    ref: Annotated[list[Path], typer.Option("--ref", "-r", help="Reference file (repeat for several).")],
-    hyp: Annotated[Path | None, typer.Option(help="Hypothesis file (default: stdin).")] = None,
-    metrics: Annotated[str, typer.Option(help="Comma-separated: bleu,chrf,ter.")] = "bleu,chrf,ter",
-    tokenize: Annotated[str | None, typer.Option(
-        help="BLEU tokenizer passed to sacreBLEU (13a default; intl, zh, ja-mecab, char, none...).")] = None,
-    lowercase: Annotated[bool, typer.Option(help="Case-insensitive scores.")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="One JSON line instead of text.")] = False,
-) -> None:
-    """Score a translation against references with sacreBLEU (BLEU, chrF, TER)."""
-    from nmt import score as command
-
-    typer.echo(command.run(ref, hyp, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
-                           tokenize=tokenize, lowercase=lowercase, json_out=json_out))
-
-
-@app.command()
-@user_errors
-def plot(
-    run_dir: Annotated[Path, typer.Argument(help="Run dir holding metrics.jsonl.")],
-    output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="PNG to write (default: RUN_DIR/curves.png).")] = None,
-) -> None:
-    """Plot training/validation curves (loss, perplexity, BLEU, learning rate) to a PNG (needs nmt\\[plot])."""
-    from nmt.plot import plot_curves
-
-    typer.echo(f"wrote {plot_curves(run_dir, output or run_dir / 'curves.png')}", err=True)
-
-
-@app.command()
-@user_errors
-def info(
-    path: Annotated[Path, typer.Argument(metavar="PATH", help="A checkpoint (.pt), a run dir or a prepared data dir.")],
-    json_out: Annotated[bool, typer.Option(
-        "--json", help="One JSON object (one line) instead of tables: sizes in bytes, times in seconds.")] = False,
-) -> None:
-    """Say what a checkpoint, run dir or data dir holds: model, vocabularies, training progress, files."""
-    from nmt import info as command
-
-    command.run(path, json_out=json_out)
-
-
-@app.command("import")
-@user_errors
-def import_(
-    source: Annotated[str, typer.Argument(
-        metavar="SOURCE", help="A directory written by MarianMTModel/MarianTokenizer.save_pretrained, or a "
-                               "Hugging Face hub name such as Helsinki-NLP/opus-mt-en-de (downloaded; needs "
-                               "nmt\\[pretrained]).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The nmt checkpoint to write.")],
-    src_lang: Annotated[str | None, typer.Option(
-        help="Source language code (default: the tokenizer config's source_lang).")] = None,
-    tgt_lang: Annotated[str | None, typer.Option(
-        help="Target language code (default: the tokenizer config's target_lang).")] = None,
-) -> None:
-    """Import a pretrained Marian / OPUS-MT model (Hugging Face format) as an nmt checkpoint.
-
-    The checkpoint holds the weights, the model's SentencePiece models and vocabulary, and generate()'s
-    search settings (beam, length penalty in its average form), so `translate`, `score`, `info`, `average`,
-    `prepare --tokenizer-from` and `train --init-from` take it like any other. Needs no transformers.
-    """
-    from nmt.marian import import_model
-
-    import_model(source, output, src_lang=src_lang, tgt_lang=tgt_lang)
-
-
-@app.command()
-@user_errors
-def export(
-    checkpoint: Annotated[Path, typer.Option(
-        help="The checkpoint to export, or a run dir (its averaged.pt, else best.pt, else last.pt).")],
-    to: Annotated[str, typer.Option(
-        help="ct2: a CTranslate2 model directory; argos: an Argos Translate package (.argosmodel) that "
-             "LibreTranslate serves; hf: a Hugging Face MarianMTModel directory.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The directory (or .argosmodel file) to write.")],
-    quantization: Annotated[str | None, typer.Option(
-        help="ct2/argos weights: none, int8, int8_float32, int16, float16, bfloat16 (ct2 default none, argos "
-             "int8).")] = None,
-    push: Annotated[str | None, typer.Option(
-        help="hf: then upload the directory to this Hugging Face hub repo (needs a token: hf auth login).")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists.")] = False,
-) -> None:
-    """Export a model for another engine: CTranslate2, Argos Translate / LibreTranslate, or Hugging Face.
-
-    The exported model translates as `nmt translate` does (same weights, vocabulary, special tokens and search
-    settings; each target's README says how to call it). What a target cannot express is refused in one line.
-    The output is written to a temporary path beside OUTPUT and moved into place when complete.
-    """
-    from nmt.export import export as run_export
-
-    options = {"quantization": quantization} if quantization is not None else {}
-    if push is not None:
-        options["push"] = push
-    run_export(checkpoint, to, output, force=force, **options)
+from nmt import cli_tools  # noqa: E402, F401  (its commands, listed between translate and serve)
 
 
 @app.command()

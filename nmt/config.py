@@ -48,7 +48,10 @@ class DataConfig:
     vocab_size: int = 8000
     spm_type: str = "bpe"  # bpe | unigram
     joint_vocab: bool = True
-    character_coverage: float = 1.0
+    # share of the corpus' characters the vocabulary must hold; null (auto): 0.9995 when a language of the pair is
+    # Chinese/Japanese/Korean (thousands of characters, as SentencePiece advises), else 1.0
+    character_coverage: float | None = None
+    byte_fallback: bool | None = None  # rare characters as UTF-8 byte pieces, never <unk>; null (auto): on for CJK
     spm_sample: int = 2_000_000  # cap on sentences used to train SentencePiece
     num_proc: int = 1  # processes for encoding
     seed: int = 1
@@ -108,6 +111,9 @@ class TrainConfig:
     valid_every: int = 1000
     valid_bleu_sentences: int = 500  # greedy-decode this many valid sentences for BLEU (0 = skip BLEU)
     best_metric: str = "bleu"  # bleu | loss (loss when valid_bleu_sentences is 0: no BLEU is computed)
+    # sacreBLEU tokenizer of validation BLEU; auto: chosen for the target language (zh for Chinese...:
+    # nmt.score.bleu_tokenizer), then written into the run's config and checkpoints, which a resumed run keeps
+    bleu_tokenize: str = "auto"
     patience: int = 0  # validations without improvement before stopping (0 = never)
     save_every: int = 1000
     keep_last: int = 5  # step checkpoints kept; at least average_last are (averaging reads them): max of the two
@@ -307,7 +313,8 @@ def check_data(d: DataConfig) -> None:
         (d.spm_type in ("bpe", "unigram"), "data.spm_type must be 'bpe' or 'unigram'"),
         (d.max_len > 0, "data.max_len must be > 0"),
         (d.max_ratio >= 1.0, "data.max_ratio must be >= 1"),
-        (0 < d.character_coverage <= 1, "data.character_coverage must be in (0, 1]"),
+        (d.character_coverage is None or 0 < d.character_coverage <= 1,
+         "data.character_coverage must be in (0, 1] (or null: chosen for the languages)"),
         (d.num_proc >= 1, "data.num_proc must be >= 1"),
         (d.spm_sample > 100, f"SentencePiece sample cap {d.spm_sample} is too small (data.spm_sample must be > 100)"),
         (d.normalize in (None, "NFC", "NFKC", "NFD", "NFKD"), "data.normalize must be NFC/NFKC/NFD/NFKD or null"),
@@ -360,6 +367,11 @@ def check_train(t: TrainConfig) -> None:
         (math.isfinite(t.lr), f"train.lr must be finite, got {t.lr}"),
         (0 <= t.warmup_init_lr < math.inf, f"train.warmup_init_lr must be finite and >= 0, got {t.warmup_init_lr}"),
     ])
+    if t.bleu_tokenize != "auto":
+        from sacrebleu.metrics import BLEU  # here only: importing it costs ~0.2 s
+
+        _check([(t.bleu_tokenize in BLEU.TOKENIZERS,
+                 f"train.bleu_tokenize must be auto or one of sacreBLEU's: {', '.join(BLEU.TOKENIZERS)}")])
 
 
 def check_decode(d: DecodeConfig) -> None:

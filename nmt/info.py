@@ -1,9 +1,8 @@
 """`nmt info PATH`: what a checkpoint, a run dir or a data dir holds, as tables or as one JSON object.
 
-`describe` returns plain dicts (the JSON, with stable keys: sizes in bytes, times in seconds); `render`
-turns them into rich tables. No model is built: a checkpoint is loaded once, a data dir's meta.json is
-read, a run dir's checkpoint files are listed by name and only the one `translate` would
-use is loaded.
+`describe` returns plain dicts (the JSON, with stable keys: sizes in bytes, times in seconds); `render` turns them
+into rich tables. No model is built: a checkpoint is loaded once, a data dir's meta.json is read, a run dir's
+checkpoint files are listed by name and only the one `translate` would use is loaded.
 """
 
 from __future__ import annotations
@@ -121,7 +120,13 @@ def _number(value: Any) -> int | float | None:
 def _stored_best(progress: dict[str, Any] | None, cfg: Config) -> dict[str, Any] | None:
     """The best validation score so far, which only training checkpoints carry."""
     value = _number((progress or {}).get("best"))
-    return {"metric": cfg.train.best_by, "value": value} if value is not None else None
+    return {"metric": cfg.train.best_by, "value": value, **_tok(cfg)} if value is not None else None
+
+
+def _tok(cfg: Config | None) -> dict[str, str]:
+    """The sacreBLEU tokenizer of validation BLEU (13a in runs from before it was recorded)."""
+    bleu = cfg is not None and cfg.train.best_by == "bleu"
+    return {"tokenize": cfg.train.bleu_tokenize.replace("auto", "13a")} if bleu else {}  # type: ignore[union-attr]
 
 
 # ---------------------------------------------------------------- run dir
@@ -198,7 +203,7 @@ def _metrics(run: RunDir, cfg: Config | None, problems: list[str]) -> dict[str, 
     return {
         "last_step": int(records[-1]["step"]) if records else None,
         "validations": len(valid),
-        "best": {"metric": metric, "value": best[metric], "step": int(best["step"])} if best else None,
+        "best": {"metric": metric, "value": best[metric], "step": int(best["step"]), **_tok(cfg)} if best else None,
     }
 
 
@@ -366,10 +371,10 @@ def _data_tables(d: dict[str, Any]) -> list[Table]:
 
 
 def _score(best: dict[str, Any] | None) -> str | None:
-    """BLEU as papers print it, a loss as the training log does."""
-    if best is None:
-        return None
-    return f"{best['metric']} {best['value']:.2f}" if best["metric"] == "bleu" else f"loss {best['value']:.3f}"
+    """BLEU as papers print it (with its tokenizer), a loss as the training log does."""
+    if best is None or best["metric"] != "bleu":
+        return None if best is None else f"loss {best['value']:.3f}"
+    return f"bleu {best['value']:.2f}" + (f" (tokenize {best['tokenize']})" if "tokenize" in best else "")
 
 
 def _short(fingerprint: str | None) -> str | None:

@@ -43,6 +43,7 @@ from nmt.config import Config, DataConfig, check_data
 from nmt.demo import write_demo
 from nmt.encoding import encode_split
 from nmt.errors import NmtError
+from nmt.langcodes import is_cjk
 from nmt.log import console, progress_bar, show_progress
 from nmt.tokenizer import Tokenizer, train_spm
 
@@ -227,6 +228,7 @@ def _build(cfg: DataConfig, sources: dict[str, corpus.Source], tmp: Path, consol
     return {
         "version": datadir.VERSION, "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang,
         "joint_vocab": tokenizer.joint, "spm_type": cfg.spm_type if given is None else None,
+        **(vocabulary_rules(cfg) if given is None else {}),
         "tokenizer_from": cfg.tokenizer_from,
         "src_vocab_size": tokenizer.src_vocab_size, "tgt_vocab_size": tokenizer.tgt_vocab_size,
         "special_ids": asdict(tokenizer.special_ids), **tokenizer_files, "splits": splits,
@@ -317,9 +319,26 @@ def _counted(sentences: Iterable[str], bar: Progress, task: TaskID, training: st
     bar.update(task, completed=bar.tasks[task].total, description=training)
 
 
+def vocabulary_rules(cfg: DataConfig) -> dict[str, Any]:
+    """SentencePiece's character_coverage and byte_fallback for the pair: where null, chosen by script. Chinese,
+    Japanese and Korean have thousands of characters, most of them rare: SentencePiece advises 0.9995, and the
+    rare ones then go through byte pieces rather than <unk>."""
+    cjk = any(_is_cjk(code) for code in (cfg.src_lang, cfg.tgt_lang))
+    coverage = cfg.character_coverage if cfg.character_coverage is not None else 0.9995 if cjk else 1.0
+    fallback = cfg.byte_fallback if cfg.byte_fallback is not None else cjk
+    return {"character_coverage": coverage, "byte_fallback": fallback}
+
+
+def _is_cjk(code: str) -> bool:
+    try:
+        return is_cjk(code)
+    except ValueError:  # a file suffix that is no language code ("english", "src.txt"): no script to go by
+        return False
+
+
 def _train_tokenizer(cfg: DataConfig, train, bar: Progress) -> Tokenizer:
-    options = dict(vocab_size=cfg.vocab_size, model_type=cfg.spm_type,
-                   character_coverage=cfg.character_coverage, seed=cfg.seed, sample_cap=cfg.spm_sample)
+    options = dict(vocab_size=cfg.vocab_size, model_type=cfg.spm_type, seed=cfg.seed, sample_cap=cfg.spm_sample,
+                   **vocabulary_rules(cfg))
     langs = dict(src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, normalize=cfg.normalize)
     sides = {"src": cfg.src_lang, "tgt": cfg.tgt_lang}
     groups = [("src", "tgt")] if cfg.joint_vocab else [("src",), ("tgt",)]

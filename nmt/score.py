@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import IO, Any
+from pathlib import Path
+from typing import IO, Any, NamedTuple
 
 from sacrebleu.metrics import BLEU, CHRF, TER
 
@@ -24,6 +26,64 @@ METRIC_NAMES = tuple(_METRICS)
 # TER's shift search grows about cubically with sentence length (1,000 words: ~15 s; 20,000: hours), so a
 # line longer than this is refused rather than left to look like a hang.
 TER_MAX_WORDS = 1000
+
+
+class BleuTokenizer(NamedTuple):
+    """The sacreBLEU tokenizer BLEU uses for a target language, and a one-line note where it is a fallback."""
+
+    name: str
+    note: str | None = None
+
+
+# sacreBLEU's own choice by target language (BLEU(trg_lang=...): zh -> zh, ja -> ja-mecab, ko -> ko-mecab, others
+# 13a), with a fallback where its extra is missing: 13a splits only at spaces and punctuation, so for a language
+# written without spaces a one-character miss would cost the whole sentence (BLEU 0).
+_MECAB = {"ja": ("ja-mecab", "char", "sacrebleu[ja]"), "ko": ("ko-mecab", "13a", "sacrebleu[ko]")}
+
+
+@functools.cache
+def _usable(tokenizer: str) -> bool:
+    """Whether sacreBLEU can build this tokenizer here (ja-mecab / ko-mecab need their extras and dictionaries)."""
+    try:
+        BLEU(tokenize=tokenizer)
+    except Exception:  # ImportError, or a missing dictionary (RuntimeError from MeCab)
+        return False
+    return True
+
+
+def bleu_tokenizer(lang: str | None) -> BleuTokenizer:
+    """The BLEU tokenizer for target language `lang` (any spelling nmt.langcodes knows; None or unknown: 13a)."""
+    from nmt.langcodes import canonical, written_without_spaces
+
+    try:
+        code = canonical(lang) if lang else ""
+    except ValueError:
+        code = ""
+    if code in ("zh", "zh-Hant"):
+        return BleuTokenizer("zh")
+    if code in _MECAB:
+        best, fallback, extra = _MECAB[code]
+        if _usable(best):
+            return BleuTokenizer(best)
+        return BleuTokenizer(fallback, f"BLEU on {code} uses the {fallback} tokenizer: sacreBLEU's {best} needs "
+                                       f"pip install '{extra}'")
+    if code and written_without_spaces(code):
+        return BleuTokenizer("char", f"BLEU on {code} uses the char tokenizer (sacreBLEU has no word tokenizer for "
+                                     "it; --tokenize flores200 is an alternative)")
+    return BleuTokenizer("13a")
+
+
+def language_of_file(path: str | os.PathLike[str]) -> str | None:
+    """The language a file's suffix names (test.zh -> zh, newstest.zh-Hant -> zh-Hant), or None."""
+    from nmt.langcodes import canonical
+
+    suffix = Path(path).suffix[1:]
+    if not 2 <= len(suffix) <= 7:
+        return None
+    try:
+        return canonical(suffix)
+    except ValueError:
+        return None
 
 
 def read_lines(path_or_stream: str | os.PathLike[str] | IO[Any]) -> list[str]:
@@ -108,8 +168,9 @@ def score(
     """Corpus scores of ``hyps`` against one or more reference sets (``refs[k][i]`` is ref set k, line i).
 
     Returns ``{metric: {"name", "score", "signature", "text", ...details}}`` in the order asked.
-    ``tokenize`` is BLEU's tokenizer (default 13a); ``lowercase`` applies to BLEU and chrF (TER is
-    case-insensitive by sacreBLEU default). ``ref_names`` name the reference sets in error messages.
+    ``tokenize`` is BLEU's tokenizer (default 13a; `bleu_tokenizer` chooses one for a language); ``lowercase``
+    applies to BLEU and chrF (TER is case-insensitive by sacreBLEU default). ``ref_names`` name the reference sets
+    in error messages.
     An empty corpus scores 0 (sacreBLEU itself cannot score zero lines)."""
     names = _metric_names(metrics)
     if refs and isinstance(refs[0], str):  # a single reference set given flat
@@ -166,17 +227,23 @@ def score_files(
 
 
 def run(refs: Sequence[str | os.PathLike[str]], hyp: str | os.PathLike[str] | None, *, metrics: Sequence[str],
-        tokenize: str | None, lowercase: bool, json_out: bool) -> str:
-    """The `nmt score` command: the report for a hypothesis file (stdin when None) against references."""
+        tokenize: str | None, lowercase: bool, json_out: bool, tgt_lang: str | None = None) -> str:
+    """The `nmt score` command: the report for a hypothesis file (stdin when None) against references. BLEU's
+    tokenizer: `tokenize`, else chosen for `tgt_lang`, else for the language the first reference's suffix names."""
+    if tokenize is None and "bleu" in metrics:
+        chosen = bleu_tokenizer(tgt_lang or (language_of_file(refs[0]) if refs else None))
+        tokenize = chosen.name
+        if chosen.note:
+            print(f"note: {chosen.note}", file=sys.stderr)
     hyps = read_lines(hyp if hyp is not None else sys.stdin)
     result = score(hyps, [read_lines(r) for r in refs], metrics=tuple(metrics), tokenize=tokenize,
                    lowercase=lowercase, ref_names=[str(r) for r in refs])
     return format_json(result) if json_out else format_text(result)
 
 
-def corpus_bleu(hyps: Sequence[str], refs: Sequence[str] | Sequence[Sequence[str]]) -> float:
-    """Corpus BLEU (13a, mixed case); ``refs`` is one reference list or a list of reference sets."""
-    return score(hyps, refs, metrics=("bleu",))["bleu"]["score"]  # type: ignore[arg-type]
+def corpus_bleu(hyps: Sequence[str], refs: Sequence[str] | Sequence[Sequence[str]], tokenize: str = "13a") -> float:
+    """Corpus BLEU (mixed case); ``refs`` is one reference list or a list of reference sets."""
+    return score(hyps, refs, metrics=("bleu",), tokenize=tokenize)["bleu"]["score"]  # type: ignore[arg-type]
 
 
 def format_text(result: dict[str, dict[str, Any]]) -> str:

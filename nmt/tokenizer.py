@@ -40,31 +40,32 @@ class SpecialIds:
 NMT_IDS = SpecialIds(pad=0, unk=1, bos=2, eos=3)  # the ids of every SentencePiece model nmt trains
 
 
-def train_spm(sentences: Iterable[str], vocab_size: int, model_type: str = "bpe",
-              character_coverage: float = 1.0, seed: int = 1, sample_cap: int = 2_000_000) -> bytes:
+def train_spm(sentences: Iterable[str], vocab_size: int, model_type: str = "bpe", character_coverage: float = 1.0,
+              seed: int = 1, sample_cap: int = 2_000_000, byte_fallback: bool = False) -> bytes:
     """Train a SentencePiece model on a stream of sentences; returns the serialized model.
 
     The stream is consumed once; SentencePiece keeps a uniform reservoir sample of at most
     `sample_cap` sentences over the whole stream, so memory does not grow with the corpus. The
     sample is deterministic (sentencepiece 0.2's sampler does not even depend on `seed`, which
-    still fixes SentencePiece's other randomness).
+    still fixes SentencePiece's other randomness). With `byte_fallback` a character outside the vocabulary is
+    encoded as its UTF-8 bytes (256 pieces of the vocabulary), which decoding joins back: nothing becomes <unk>.
     """
     spm.set_random_generator_seed(seed)
     writer = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences), model_writer=writer, vocab_size=vocab_size,
-            model_type=model_type, character_coverage=character_coverage,
+            model_type=model_type, character_coverage=character_coverage, byte_fallback=byte_fallback,
             pad_id=NMT_IDS.pad, unk_id=NMT_IDS.unk, bos_id=NMT_IDS.bos, eos_id=NMT_IDS.eos,
             input_sentence_size=sample_cap, shuffle_input_sentence=True,
             num_threads=os.cpu_count() or 1, minloglevel=2,
         )
     except (RuntimeError, ValueError, SyntaxError) as e:  # an unknown option value: ValueError, SyntaxError < 0.2.3
-        raise NmtError(_spm_error(str(e), vocab_size)) from None
+        raise NmtError(_spm_error(str(e), vocab_size, byte_fallback)) from None
     return writer.getvalue()
 
 
-def _spm_error(message: str, vocab_size: int) -> str:
+def _spm_error(message: str, vocab_size: int, byte_fallback: bool = False) -> str:
     if "too high" in message or "too large" in message:
         match = re.search(r"<=\s*(\d+)", message)
         limit = f" (max {match.group(1)})" if match else ""
@@ -72,8 +73,9 @@ def _spm_error(message: str, vocab_size: int) -> str:
     if "smaller than required_chars" in message:
         match = re.search(r"(\d+) vs (\d+)", message)
         need = f" (needs at least {match.group(2)})" if match else ""
-        return (f"vocab size {vocab_size} is too small for this data{need}; "
-                "raise data.vocab_size or lower data.character_coverage")
+        freed = " or data.byte_fallback=false (its 256 byte pieces)" if byte_fallback else ""
+        return (f"vocab size {vocab_size} is too small for this data's characters{need}; "
+                f"raise data.vocab_size, or lower data.character_coverage{freed}")
     return f"SentencePiece training failed: {first_line(message)}"
 
 

@@ -38,8 +38,10 @@ def validation_loss(model: Transformer, dataset, max_tokens: int, label_smoothin
 
 @torch.no_grad()
 def greedy_bleu(model: Transformer, sources: Sequence[Sequence[int]], references: list[str], tokenizer: Tokenizer,
-                max_tokens: int, max_len_a: float, max_len_b: int, device: torch.device, autocast: Autocast) -> float:
-    """Corpus BLEU of greedy translations of `sources` (ids) against `references` (model in eval mode)."""
+                max_tokens: int, max_len_a: float, max_len_b: int, device: torch.device, autocast: Autocast,
+                tokenize: str = "13a") -> float:
+    """Corpus BLEU (sacreBLEU tokenizer `tokenize`) of greedy translations of `sources` (ids) against `references`
+    (model in eval mode)."""
     special = tokenizer.special_ids
     hyps: list[str] = [""] * len(sources)
     for rows, batch in source_batches(sources, max_tokens, special):
@@ -48,4 +50,4 @@ def greedy_bleu(model: Transformer, sources: Sequence[Sequence[int]], references
                                 bos=special.bos, eos=special.eos, pad=special.pad)
         for i, hyp in zip(rows, tokenizer.decode_tgt([h[0].tokens for h in out])):
             hyps[i] = hyp
-    return corpus_bleu(hyps, [references])
+    return corpus_bleu(hyps, [references], tokenize)

@@ -71,7 +71,7 @@ def test_training_checkpoint_json_matches_the_model_the_data_and_the_training(ru
     assert c["data_fingerprint"] == meta["fingerprint"]
     assert c["model"] == state["config"]["model"] and c["model"]["d_model"] == 32
     assert c["tied_embeddings"] == ("src+tgt+output" if meta["joint_vocab"] else "tgt+output")
-    assert c["best"] == {"metric": "bleu", "value": state["train_state"]["progress"]["best"]}
+    assert c["best"] == {"metric": "bleu", "value": state["train_state"]["progress"]["best"], "tokenize": "13a"}
     assert c["size_bytes"] == path.stat().st_size
     assert c["dtype"] == "float32" and c["averaged_from"] is None
 
@@ -134,7 +134,7 @@ def test_run_dir_json(run):
     best = max(valid, key=lambda x: x["bleu"])
     assert len(valid) == 2  # at steps 3 and 6
     assert r["metrics"] == {"last_step": MAX_UPDATES, "validations": 2,
-                            "best": {"metric": "bleu", "value": best["bleu"], "step": best["step"]}}
+                            "best": {"metric": "bleu", "value": best["bleu"], "step": best["step"], "tokenize": "13a"}}
 
 
 def test_run_dir_table(run):

@@ -95,20 +95,22 @@ def run_facts(checkpoint: Path) -> list[str]:
               and math.isfinite(r["bleu"])]
     if scored:
         best = max(scored, key=lambda r: r["bleu"])
-        n = (config.get("train") or {}).get("valid_bleu_sentences") if isinstance(config.get("train"), dict) else None
+        train = config.get("train") if isinstance(config.get("train"), dict) else {}
+        n = train.get("valid_bleu_sentences")
         sentences = f"the first {n} validation sentences" if n else "the validation set"
+        tokenize = str(train.get("bleu_tokenize") or "auto").replace("auto", "13a")  # runs before it was recorded
         facts.append(f"- validation BLEU {best['bleu']:.2f} at update {int(best['step'])} (greedy search, "
-                     f"{sentences}, sacreBLEU `{bleu_signature()}`)")
+                     f"{sentences}, sacreBLEU `{bleu_signature(tokenize)}`)")
     steps = [r for r in records if r.get("type") == "train"]
     if steps:
         facts.append(f"- {int(steps[-1]['step'])} updates")
     return facts
 
 
-def bleu_signature() -> str:
-    """The signature of the BLEU nmt's validation computes (nmt.score's defaults, this sacreBLEU version)."""
+def bleu_signature(tokenize: str = "13a") -> str:
+    """The signature of the BLEU nmt's validation computed with this tokenizer (this sacreBLEU version)."""
     try:
         from nmt.score import score
-        return str(score(["a"], [["a"]], metrics=("bleu",))["bleu"]["signature"])
-    except Exception:  # sacreBLEU missing or changed: the card goes without
-        return "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp"
+        return str(score(["a"], [["a"]], metrics=("bleu",), tokenize=tokenize)["bleu"]["signature"])
+    except Exception:  # sacreBLEU missing or changed, or its tokenizer's extra: the card goes without
+        return f"nrefs:1|case:mixed|eff:no|tok:{tokenize}|smooth:exp"

@@ -1,0 +1,129 @@
+"""The `nmt` commands around a trained model: average, score, plot, info, import, export (registered on the app of
+nmt.cli_common; nmt.cli imports this module)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nmt.cli_common import ConfigOpt, SetOpt, _config, _settings, app, user_errors
+
+
+@app.command()
+@user_errors
+def average(
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    run_dir: Annotated[str | None, typer.Option(help="Run dir (train.run_dir).")] = None,
+    last: Annotated[int | None, typer.Option(help="How many newest checkpoints (train.average_last).")] = None,
+) -> None:
+    """Average the last K checkpoints of a run into averaged.pt (as in the paper)."""
+    from nmt.rundir import RunDir
+
+    cfg = _config(config, _settings(overrides, **{"train.run_dir": run_dir}))
+    typer.echo(f"wrote {RunDir(cfg.train.run_dir).average(cfg.train.average_last if last is None else last)}",
+               err=True)
+
+
+@app.command()
+@user_errors
+def score(
+    ref: Annotated[list[Path], typer.Option("--ref", "-r", help="Reference file (repeat for several).")],
+    hyp: Annotated[Path | None, typer.Option(help="Hypothesis file (default: stdin).")] = None,
+    metrics: Annotated[str, typer.Option(help="Comma-separated: bleu,chrf,ter.")] = "bleu,chrf,ter",
+    tokenize: Annotated[str | None, typer.Option(help="BLEU tokenizer passed to sacreBLEU (13a, intl, zh, ja-mecab, "
+                                                 "char, flores200, none...; default: chosen for the language)")] = None,
+    tgt_lang: Annotated[str | None, typer.Option(help="The translation's language, for BLEU's tokenizer (default: "
+                                                 "the first --ref file's suffix: test.zh -> zh)")] = None,
+    lowercase: Annotated[bool, typer.Option(help="Case-insensitive scores.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON line instead of text.")] = False,
+) -> None:
+    """Score a translation against references with sacreBLEU (BLEU, chrF, TER). BLEU's tokenizer follows the target
+    language as sacreBLEU's own rule does: zh for Chinese, ja-mecab (else char) for Japanese, char for Thai, 13a
+    otherwise; the signature printed says which."""
+    from nmt import score as command
+
+    typer.echo(command.run(ref, hyp, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
+                           tokenize=tokenize, lowercase=lowercase, json_out=json_out, tgt_lang=tgt_lang))
+
+
+@app.command()
+@user_errors
+def plot(
+    run_dir: Annotated[Path, typer.Argument(help="Run dir holding metrics.jsonl.")],
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="PNG to write (default: RUN_DIR/curves.png).")] = None,
+) -> None:
+    """Plot training/validation curves (loss, perplexity, BLEU, learning rate) to a PNG (needs nmt\\[plot])."""
+    from nmt.plot import plot_curves
+
+    typer.echo(f"wrote {plot_curves(run_dir, output or run_dir / 'curves.png')}", err=True)
+
+
+@app.command()
+@user_errors
+def info(
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="A checkpoint (.pt), a run dir or a prepared data dir.")],
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="One JSON object (one line) instead of tables: sizes in bytes, times in seconds.")] = False,
+) -> None:
+    """Say what a checkpoint, run dir or data dir holds: model, vocabularies, training progress, files."""
+    from nmt import info as command
+
+    command.run(path, json_out=json_out)
+
+
+@app.command("import")
+@user_errors
+def import_(
+    source: Annotated[str, typer.Argument(
+        metavar="SOURCE", help="A directory written by MarianMTModel/MarianTokenizer.save_pretrained, or a "
+                               "Hugging Face hub name such as Helsinki-NLP/opus-mt-en-de (downloaded; needs "
+                               "nmt\\[pretrained]).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The nmt checkpoint to write.")],
+    src_lang: Annotated[str | None, typer.Option(
+        help="Source language code (default: the tokenizer config's source_lang).")] = None,
+    tgt_lang: Annotated[str | None, typer.Option(
+        help="Target language code (default: the tokenizer config's target_lang).")] = None,
+) -> None:
+    """Import a pretrained Marian / OPUS-MT model (Hugging Face format) as an nmt checkpoint.
+
+    The checkpoint holds the weights, the model's SentencePiece models and vocabulary, and generate()'s
+    search settings (beam, length penalty in its average form), so `translate`, `score`, `info`, `average`,
+    `prepare --tokenizer-from` and `train --init-from` take it like any other. Needs no transformers.
+    """
+    from nmt.marian import import_model
+
+    import_model(source, output, src_lang=src_lang, tgt_lang=tgt_lang)
+
+
+@app.command()
+@user_errors
+def export(
+    checkpoint: Annotated[Path, typer.Option(
+        help="The checkpoint to export, or a run dir (its averaged.pt, else best.pt, else last.pt).")],
+    to: Annotated[str, typer.Option(
+        help="ct2: a CTranslate2 model directory; argos: an Argos Translate package (.argosmodel) that "
+             "LibreTranslate serves; hf: a Hugging Face MarianMTModel directory.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The directory (or .argosmodel file) to write.")],
+    quantization: Annotated[str | None, typer.Option(
+        help="ct2/argos weights: none, int8, int8_float32, int16, float16, bfloat16 (ct2 default none, argos "
+             "int8).")] = None,
+    push: Annotated[str | None, typer.Option(
+        help="hf: then upload the directory to this Hugging Face hub repo (needs a token: hf auth login).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists.")] = False,
+) -> None:
+    """Export a model for another engine: CTranslate2, Argos Translate / LibreTranslate, or Hugging Face.
+
+    The exported model translates as `nmt translate` does (same weights, vocabulary, special tokens and search
+    settings; each target's README says how to call it). What a target cannot express is refused in one line.
+    The output is written to a temporary path beside OUTPUT and moved into place when complete.
+    """
+    from nmt.export import export as run_export
+
+    options = {"quantization": quantization} if quantization is not None else {}
+    if push is not None:
+        options["push"] = push
+    run_export(checkpoint, to, output, force=force, **options)
