@@ -292,3 +292,15 @@ def test_libretranslate_serves_the_package(packages, export_models, export_lines
     same = _identical(expected, got, export_lines, "libretranslate")
     print(f"LibreTranslate: {same}/{len(export_lines)} identical to nmt's translations (with its formatting)")
     assert same >= MIN_IDENTICAL[4] and one == expected[1]
+
+
+def test_languages_are_coded_as_argos_codes_them():
+    """Argos' package index has its own codes for traditional Chinese and Brazilian Portuguese (zt, pb); any
+    spelling of a checkpoint's languages comes out as those (nmt.langcodes reads it)."""
+    from types import SimpleNamespace
+
+    from nmt.export import argos
+
+    meta = argos.metadata(SimpleNamespace(langs=("zh-CN", "zh_TW"), source=Path("m.pt"), imported_from=None))
+    assert (meta["from_code"], meta["to_code"], meta["to_name"]) == ("zh", "zt", "Chinese (traditional)")
+    assert argos.argos_langs(SimpleNamespace(langs=("en", "pt-br"))) == ("en", "pb")

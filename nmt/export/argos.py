@@ -30,20 +30,27 @@ import sentencepiece as spm
 
 from nmt.errors import NmtError
 from nmt.export import ct2, sbd
+from nmt.langcodes import canonical, language_name
 from nmt.modelspec import ModelDescription
 
 PACKAGE_VERSION = "1.0"
 ARGOS_VERSION = "1.9"  # the package layout (metadata + model/ + sentencepiece.model + minisbd/) Argos 1.9+ reads
 ARGOS_LENGTH_PENALTY = 0.2  # fixed in argostranslate's translate_batch call
 ARGOS_MAX_DECODING = 256  # CTranslate2's default max_decoding_length, which Argos does not set
-# ISO 639-1 names of the languages LibreTranslate lists (the package shows a name; an unknown code names itself)
-LANGUAGE_NAMES = dict(pair.split("=") for pair in (
-    "ar=Arabic,az=Azerbaijani,bg=Bulgarian,bn=Bengali,ca=Catalan,cs=Czech,da=Danish,de=German,el=Greek,en=English,"
-    "eo=Esperanto,es=Spanish,et=Estonian,eu=Basque,fa=Persian,fi=Finnish,fr=French,ga=Irish,gl=Galician,he=Hebrew,"
-    "hi=Hindi,hu=Hungarian,id=Indonesian,it=Italian,ja=Japanese,ko=Korean,lt=Lithuanian,lv=Latvian,ms=Malay,"
-    "nb=Norwegian,nl=Dutch,pl=Polish,pt=Portuguese,ro=Romanian,ru=Russian,sk=Slovak,sl=Slovenian,sq=Albanian,"
-    "sr=Serbian,sv=Swedish,th=Thai,tl=Tagalog,tr=Turkish,uk=Ukrainian,ur=Urdu,vi=Vietnamese,zh=Chinese,"
-    "zt=Chinese (traditional)").split(","))
+# Argos' own codes where they differ from nmt.langcodes' canonical ones (its package index names them so)
+ARGOS_CODES = {"zh-Hant": "zt", "pt-BR": "pb"}
+
+
+def argos_langs(model: ModelDescription) -> tuple[str, str]:
+    """The pair as Argos Translate codes it (zh-CN -> zh, zh-TW -> zt); a code nmt.langcodes cannot read stays."""
+    def code(lang: str) -> str:
+        try:
+            return ARGOS_CODES.get(canonical(lang), canonical(lang))
+        except ValueError:
+            return lang
+
+    src, tgt = model.langs
+    return code(src), code(tgt)
 
 
 def write(model: ModelDescription, path: Path, quantization: str | None = "int8", **others: object) -> None:
@@ -51,7 +58,7 @@ def write(model: ModelDescription, path: Path, quantization: str | None = "int8"
     if others:
         raise NmtError(f"--to argos does not take --{next(iter(others))}")
     check(model)
-    src, tgt = model.langs
+    src, tgt = argos_langs(model)
     top = f"translate-{src}_{tgt}-{PACKAGE_VERSION.replace('.', '_')}"
     with tempfile.TemporaryDirectory(prefix=".argos-", dir=path.parent) as tmp:
         root = Path(tmp) / top
@@ -104,13 +111,9 @@ def _argos_text(processor: spm.SentencePieceProcessor, pieces: list[str]) -> str
     return text[1:] if text.startswith(" ") else text
 
 
-def language_name(code: str) -> str:
-    return LANGUAGE_NAMES.get(code.lower(), code)
-
-
 def metadata(model: ModelDescription) -> dict[str, object]:
     """metadata.json: what argostranslate.package reads (codes, names, versions, type)."""
-    src, tgt = model.langs
+    src, tgt = argos_langs(model)
     return {"package_version": PACKAGE_VERSION, "argos_version": ARGOS_VERSION, "from_code": src,
             "from_name": language_name(src), "to_code": tgt, "to_name": language_name(tgt), "type": "translate",
             "links": [], "source": f"nmt export --to argos from {model.source.name}"
@@ -127,7 +130,7 @@ def _zip(root: Path, path: Path) -> None:
 
 def readme(model: ModelDescription, quantization: str) -> str:
     """The package's README.md: what it is, how Argos / LibreTranslate run it, how that differs from nmt."""
-    src, tgt = model.langs
+    src, tgt = argos_langs(model)
     cfg, decode = model.config, model.decode
     origin = f" (imported from {model.imported_from})" if model.imported_from else ""
     return f"""# {language_name(src)} -> {language_name(tgt)} ({src}->{tgt}), exported by nmt
