@@ -228,7 +228,8 @@ def _build(cfg: DataConfig, sources: dict[str, corpus.Source], tmp: Path, consol
     return {
         "version": datadir.VERSION, "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang,
         "joint_vocab": tokenizer.joint, "spm_type": cfg.spm_type if given is None else None,
-        **(vocabulary_rules(cfg) if given is None else {}),
+        **({("spm_" if k == "normalization" else "") + k: v for k, v in vocabulary_rules(cfg).items()}
+           if given is None else {}),
         "tokenizer_from": cfg.tokenizer_from,
         "src_vocab_size": tokenizer.src_vocab_size, "tgt_vocab_size": tokenizer.tgt_vocab_size,
         "special_ids": asdict(tokenizer.special_ids), **tokenizer_files, "splits": splits,
@@ -320,13 +321,16 @@ def _counted(sentences: Iterable[str], bar: Progress, task: TaskID, training: st
 
 
 def vocabulary_rules(cfg: DataConfig) -> dict[str, Any]:
-    """SentencePiece's character_coverage and byte_fallback for the pair: where null, chosen by script. Chinese,
-    Japanese and Korean have thousands of characters, most of them rare: SentencePiece advises 0.9995, and the
-    rare ones then go through byte pieces rather than <unk>."""
+    """SentencePiece's character_coverage, byte_fallback and normalization for the pair: where null, chosen by
+    script. Chinese, Japanese and Korean have thousands of characters, most of them rare: SentencePiece advises
+    0.9995, and the rare ones then go through byte pieces rather than <unk>. Their full-width punctuation (，！？（）)
+    is the script's own, which SentencePiece's default NFKC rule would turn into ASCII in every translation: the
+    text keeps nmt's own normalization (data.normalize) alone."""
     cjk = any(_is_cjk(code) for code in (cfg.src_lang, cfg.tgt_lang))
     coverage = cfg.character_coverage if cfg.character_coverage is not None else 0.9995 if cjk else 1.0
     fallback = cfg.byte_fallback if cfg.byte_fallback is not None else cjk
-    return {"character_coverage": coverage, "byte_fallback": fallback}
+    return {"character_coverage": coverage, "byte_fallback": fallback,
+            "normalization": "identity" if cjk else "nmt_nfkc"}
 
 
 def _is_cjk(code: str) -> bool:

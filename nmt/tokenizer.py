@@ -41,7 +41,8 @@ NMT_IDS = SpecialIds(pad=0, unk=1, bos=2, eos=3)  # the ids of every SentencePie
 
 
 def train_spm(sentences: Iterable[str], vocab_size: int, model_type: str = "bpe", character_coverage: float = 1.0,
-              seed: int = 1, sample_cap: int = 2_000_000, byte_fallback: bool = False) -> bytes:
+              seed: int = 1, sample_cap: int = 2_000_000, byte_fallback: bool = False,
+              normalization: str = "nmt_nfkc") -> bytes:
     """Train a SentencePiece model on a stream of sentences; returns the serialized model.
 
     The stream is consumed once; SentencePiece keeps a uniform reservoir sample of at most
@@ -49,6 +50,7 @@ def train_spm(sentences: Iterable[str], vocab_size: int, model_type: str = "bpe"
     sample is deterministic (sentencepiece 0.2's sampler does not even depend on `seed`, which
     still fixes SentencePiece's other randomness). With `byte_fallback` a character outside the vocabulary is
     encoded as its UTF-8 bytes (256 pieces of the vocabulary), which decoding joins back: nothing becomes <unk>.
+    `normalization`: SentencePiece's own rule (nmt_nfkc folds full-width forms to ASCII; identity keeps the text).
     """
     spm.set_random_generator_seed(seed)
     writer = io.BytesIO()
@@ -56,6 +58,7 @@ def train_spm(sentences: Iterable[str], vocab_size: int, model_type: str = "bpe"
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences), model_writer=writer, vocab_size=vocab_size,
             model_type=model_type, character_coverage=character_coverage, byte_fallback=byte_fallback,
+            normalization_rule_name=normalization,
             pad_id=NMT_IDS.pad, unk_id=NMT_IDS.unk, bos_id=NMT_IDS.bos, eos_id=NMT_IDS.eos,
             input_sentence_size=sample_cap, shuffle_input_sentence=True,
             num_threads=os.cpu_count() or 1, minloglevel=2,
