@@ -83,7 +83,7 @@ def opus_mt_dir(path: Path, vocab: int = OPUS_MT_VOCAB, seed: int = 0) -> Path:
     import sentencepiece as spm
     from transformers import MarianConfig, MarianMTModel
 
-    from nmt.demo import write_demo
+    from nmt.demo_corpus import write_demo
 
     raw = write_demo(path / "raw", n_train=2000, n_valid=10, n_test=10, seed=1)
     out = io.BytesIO()

@@ -47,7 +47,8 @@ def prepare(
         help="Encode with this checkpoint's tokenizer instead of training SentencePiece: data to fine-tune that "
              "model on (train --init-from), e.g. one made by `nmt import` (data.tokenizer_from).")] = None,
     demo: Annotated[bool, typer.Option(
-        "--demo", help="Generate the built-in English->German numbers/dates corpus and prepare it.")] = False,
+        "--demo", help="Generate the built-in corpus and prepare it: English->German numbers, dates and noun phrases, "
+                       "or English->Chinese (Simplified) when --src-lang/--tgt-lang is zh (zh-CN, zh-Hans).")] = False,
     force: Annotated[bool, typer.Option(help="Overwrite a data dir that holds a different preparation.")] = False,
     progress: Annotated[bool | None, typer.Option(
         "--progress/--no-progress",

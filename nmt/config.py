@@ -49,7 +49,7 @@ class DataConfig:
     spm_type: str = "bpe"  # bpe | unigram
     joint_vocab: bool = True
     # share of the corpus' characters the vocabulary must hold; null (auto): 0.9995 when a language of the pair is
-    # Chinese/Japanese/Korean (thousands of characters, as SentencePiece advises), else 1.0
+    # Chinese/Japanese/Korean (as SentencePiece advises) unless its characters fit in half the vocabulary, else 1.0
     character_coverage: float | None = None
     byte_fallback: bool | None = None  # rare characters as UTF-8 byte pieces, never <unk>; null (auto): on for CJK
     spm_sample: int = 2_000_000  # cap on sentences used to train SentencePiece

@@ -14,13 +14,14 @@ Rule-based sentences whose translation needs real work from a model, not word-fo
 German number spelling chosen here: "eins" alone and at the end ("hunderteins", "tausendeins") but
 "ein" inside ("einundzwanzig", "hunderteintausend"); a leading one is left out before hundred and
 thousand ("hundert", "tausend", "tausendhundert"); "ein Uhr". Everything is deterministic by seed.
+
+nmt.demo_corpus writes it (or nmt.demo_zh's English→Chinese corpus) into train/valid/test files.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from pathlib import Path
 
 # ---------------------------------------------------------------- numbers
 
@@ -313,25 +314,3 @@ def generate_pairs(n: int, seed: int = 1) -> list[tuple[str, str]]:
             seen.add((en, de))
             pairs.append((en, de))
     return pairs
-
-
-def write_demo(out_dir: str | Path, n_train: int = 20000, n_valid: int = 500, n_test: int = 500,
-               seed: int = 1, src_lang: str = "en", tgt_lang: str = "de") -> dict[str, str]:
-    """Write train/valid/test .{src_lang}/.{tgt_lang} files (splits disjoint); return their prefixes.
-
-    The generator makes English→German pairs: with src_lang="de" or tgt_lang="en" the German side
-    becomes the source (a German→English task); any other codes just name the English and German files.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    pairs = generate_pairs(n_train + n_valid + n_test, seed)  # distinct, so the splits are disjoint
-    held_out = n_valid + n_test
-    splits = {"train": pairs[held_out:], "valid": pairs[:n_valid], "test": pairs[n_valid:held_out]}
-    prefixes = {}
-    for name, split in splits.items():
-        german_source = src_lang == "de" or tgt_lang == "en"
-        for lang, column in ((src_lang, int(german_source)), (tgt_lang, 1 - int(german_source))):
-            text = "".join(pair[column] + "\n" for pair in split)
-            (out / f"{name}.{lang}").write_text(text, encoding="utf-8")
-        prefixes[name] = str(out / name)
-    return prefixes

@@ -40,7 +40,7 @@ from rich.progress import Progress, TaskID
 
 from nmt import corpus, datadir
 from nmt.config import Config, DataConfig, check_data
-from nmt.demo import write_demo
+from nmt.demo_corpus import write_demo
 from nmt.encoding import encode_split
 from nmt.errors import NmtError
 from nmt.langcodes import is_cjk
@@ -186,7 +186,8 @@ def _build(cfg: DataConfig, sources: dict[str, corpus.Source], tmp: Path, consol
     started = time.perf_counter()
     if given is None:
         with progress_bar("sentences", enabled=progress) as bar:
-            tokenizer = _train_tokenizer(cfg, raw["train"], bar)
+            rules = vocabulary_rules(cfg, raw["train"])
+            tokenizer = _train_tokenizer(cfg, raw["train"], bar, rules)
         _return_freed_memory()
     else:
         tokenizer = given
@@ -228,8 +229,7 @@ def _build(cfg: DataConfig, sources: dict[str, corpus.Source], tmp: Path, consol
     return {
         "version": datadir.VERSION, "src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang,
         "joint_vocab": tokenizer.joint, "spm_type": cfg.spm_type if given is None else None,
-        **({("spm_" if k == "normalization" else "") + k: v for k, v in vocabulary_rules(cfg).items()}
-           if given is None else {}),
+        **({("spm_" if k == "normalization" else "") + k: v for k, v in rules.items()} if given is None else {}),
         "tokenizer_from": cfg.tokenizer_from,
         "src_vocab_size": tokenizer.src_vocab_size, "tgt_vocab_size": tokenizer.tgt_vocab_size,
         "special_ids": asdict(tokenizer.special_ids), **tokenizer_files, "splits": splits,
@@ -320,17 +320,31 @@ def _counted(sentences: Iterable[str], bar: Progress, task: TaskID, training: st
     bar.update(task, completed=bar.tasks[task].total, description=training)
 
 
-def vocabulary_rules(cfg: DataConfig) -> dict[str, Any]:
+def vocabulary_rules(cfg: DataConfig, train=None) -> dict[str, Any]:
     """SentencePiece's character_coverage, byte_fallback and normalization for the pair: where null, chosen by
-    script. Chinese, Japanese and Korean have thousands of characters, most of them rare: SentencePiece advises
-    0.9995, and the rare ones then go through byte pieces rather than <unk>. Their full-width punctuation (，！？（）)
-    is the script's own, which SentencePiece's default NFKC rule would turn into ASCII in every translation: the
-    text keeps nmt's own normalization (data.normalize) alone."""
+    script and by the training text's character inventory. Chinese, Japanese and Korean have thousands of
+    characters, most of them rare: SentencePiece advises coverage 0.9995, the rare ones then going through byte
+    pieces rather than <unk>. But when the corpus' characters fit in half the vocabulary each gets a piece
+    (coverage 1.0): in a vocabulary shared with English the Latin letters' counts push common Chinese characters
+    past the 99.95% line (the zh demo: 7 of its 136), which the model then spells in bytes, sometimes wrongly.
+    Their full-width punctuation (，！？（）) is the script's own, which SentencePiece's default NFKC rule would turn
+    into ASCII in every translation: the text keeps nmt's own normalization (data.normalize) alone."""
     cjk = any(_is_cjk(code) for code in (cfg.src_lang, cfg.tgt_lang))
-    coverage = cfg.character_coverage if cfg.character_coverage is not None else 0.9995 if cjk else 1.0
+    coverage = cfg.character_coverage
+    if coverage is None:
+        few = cjk and train is not None and _inventory(train, cfg.spm_sample) <= cfg.vocab_size // 2
+        coverage = 0.9995 if cjk and not few else 1.0
     fallback = cfg.byte_fallback if cfg.byte_fallback is not None else cjk
     return {"character_coverage": coverage, "byte_fallback": fallback,
             "normalization": "identity" if cjk else "nmt_nfkc"}
+
+
+def _inventory(train, cap: int) -> int:
+    """Distinct characters of the training text (both sides; the first `cap` pairs, as SentencePiece samples)."""
+    seen: set[str] = set()
+    for sentence in _stream_text(train.select(range(min(len(train), cap))), ("src", "tgt")):
+        seen.update(sentence)
+    return len(seen)
 
 
 def _is_cjk(code: str) -> bool:
@@ -340,9 +354,9 @@ def _is_cjk(code: str) -> bool:
         return False
 
 
-def _train_tokenizer(cfg: DataConfig, train, bar: Progress) -> Tokenizer:
+def _train_tokenizer(cfg: DataConfig, train, bar: Progress, rules: dict[str, Any]) -> Tokenizer:
     options = dict(vocab_size=cfg.vocab_size, model_type=cfg.spm_type, seed=cfg.seed, sample_cap=cfg.spm_sample,
-                   **vocabulary_rules(cfg))
+                   **rules)
     langs = dict(src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, normalize=cfg.normalize)
     sides = {"src": cfg.src_lang, "tgt": cfg.tgt_lang}
     groups = [("src", "tgt")] if cfg.joint_vocab else [("src",), ("tgt",)]

@@ -19,7 +19,7 @@ from typer.testing import CliRunner, Result
 
 from nmt.cli import main
 from nmt.config import Config, load_config
-from nmt.demo import write_demo
+from nmt.demo_corpus import write_demo
 from nmt.prepare import prepare
 
 torch.set_num_threads(1)  # tiny models gain nothing from threads; avoids OpenMP oversubscription

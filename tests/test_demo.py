@@ -12,10 +12,10 @@ from nmt.demo import (
     number_to_en,
     ordinal_de_stem,
     ordinal_en,
-    write_demo,
     year_de,
     year_en,
 )
+from nmt.demo_corpus import write_demo
 
 NUMBERS = {
     0: ("zero", "null"),

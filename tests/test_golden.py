@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from nmt.demo import write_demo
+from nmt.demo_corpus import write_demo
 
 from .conftest import run_cli
 

@@ -39,7 +39,7 @@ import yaml
 
 from nmt import checkpoint, precision
 from nmt.config import ModelConfig
-from nmt.demo import write_demo
+from nmt.demo_corpus import write_demo
 from nmt.device import pick_device
 from nmt.kernels import attention, attention_with_weights
 from nmt.loss import label_smoothed_loss, projected_label_smoothed_loss

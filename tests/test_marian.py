@@ -22,7 +22,7 @@ import sentencepiece as spm  # noqa: E402
 from nmt import checkpoint  # noqa: E402
 from nmt.config import DecodeConfig, load_config  # noqa: E402
 from nmt.datadir import DataDir  # noqa: E402
-from nmt.demo import write_demo  # noqa: E402
+from nmt.demo_corpus import write_demo  # noqa: E402
 from nmt.errors import NmtError  # noqa: E402
 from nmt.marian import import_model  # noqa: E402
 from nmt.prepare import prepare  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 
 from nmt.config import DataConfig
 from nmt.datadir import DataDir, read_meta
-from nmt.demo import write_demo
+from nmt.demo_corpus import write_demo
 from nmt.errors import NmtError
 from nmt.prepare import prepare
 from nmt.tokenizer import NMT_IDS

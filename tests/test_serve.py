@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from nmt.config import Config, load_config
-from nmt.demo import write_demo
+from nmt.demo_corpus import write_demo
 from nmt.errors import ConfigError
 
 from .conftest import assert_one_line_error, nmt_process, python_path, run_cli

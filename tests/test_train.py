@@ -330,7 +330,7 @@ def test_separate_vocabularies_of_equal_size_are_not_tied(demo_raw, tmp_path):
 
 
 def test_resume_on_a_data_dir_prepared_again_is_refused_unless_asked(demo_data, tmp_path):
-    from nmt.demo import write_demo
+    from nmt.demo_corpus import write_demo
     from nmt.prepare import prepare
 
     run, data = tmp_path / "run", tmp_path / "data"
