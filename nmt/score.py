@@ -14,13 +14,16 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 
 from nmt.errors import NmtError, first_line
 
+# BLEU tokenizers that split a text without spaces into characters (or words): TER then does too
+SPACELESS_TOKENIZERS = ("zh", "ja-mecab", "char")
 # Factories take (tokenize, lowercase). TER keeps sacreBLEU's defaults (tercom tokenizer, case-insensitive),
-# as `sacrebleu -m ter` does, so its signature matches what papers report.
+# as `sacrebleu -m ter` does, so its signature matches what papers report; for Chinese/Japanese/Thai (BLEU's
+# tokenizer in SPACELESS_TOKENIZERS) it normalizes with asian support, else a one-character miss is a whole line.
 _METRICS: dict[str, Callable[[str | None, bool], Any]] = {
     "bleu": lambda tok, lc: BLEU(tokenize=tok, lowercase=lc),
     "chrf": lambda tok, lc: CHRF(lowercase=lc),
     "chrf++": lambda tok, lc: CHRF(word_order=2, lowercase=lc),
-    "ter": lambda tok, lc: TER(),
+    "ter": lambda tok, lc: TER(normalized=True, asian_support=True) if tok in SPACELESS_TOKENIZERS else TER(),
 }
 METRIC_NAMES = tuple(_METRICS)
 # TER's shift search grows about cubically with sentence length (1,000 words: ~15 s; 20,000: hours), so a
@@ -230,7 +233,7 @@ def run(refs: Sequence[str | os.PathLike[str]], hyp: str | os.PathLike[str] | No
         tokenize: str | None, lowercase: bool, json_out: bool, tgt_lang: str | None = None) -> str:
     """The `nmt score` command: the report for a hypothesis file (stdin when None) against references. BLEU's
     tokenizer: `tokenize`, else chosen for `tgt_lang`, else for the language the first reference's suffix names."""
-    if tokenize is None and "bleu" in metrics:
+    if tokenize is None and {"bleu", "ter"} & set(metrics):
         chosen = bleu_tokenizer(tgt_lang or (language_of_file(refs[0]) if refs else None))
         tokenize = chosen.name
         if chosen.note:

@@ -128,3 +128,15 @@ def test_validation_bleu_on_chinese_is_sacrebleus_zh_and_a_resumed_run_keeps_it(
     assert "keeps this run's tokenizer zh" in captured.err + captured.out
     info = json.loads(run_cli("info", run, "--json").stdout)
     assert info["metrics"]["best"]["tokenize"] == "zh"
+
+
+def test_ter_sees_characters_where_bleu_does(tmp_path):
+    """TER follows BLEU's tokenizer: for Chinese sacreBLEU's asian support (tercom normalization), so one wrong
+    character is one edit, not a whole sentence; other languages keep TER's defaults (papers' signature)."""
+    ref, hyp = tmp_path / "test.zh", tmp_path / "hyp.txt"
+    ref.write_text("\n".join(REFS) + "\n", encoding="utf-8")
+    hyp.write_text("\n".join(HYPS) + "\n", encoding="utf-8")
+    result = json.loads(run_cli("score", "--ref", ref, "--hyp", hyp, "--metrics", "ter", "--json").stdout)["ter"]
+    assert "asian:yes" in result["signature"] and result["score"] < 20
+    plain = score.score(["the cat sat"], [["the cat sat down"]], metrics=("ter",))["ter"]
+    assert "asian:no" in plain["signature"] and "norm:no" in plain["signature"]
