@@ -296,10 +296,11 @@ def _capitalize(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def generate_pairs(n: int, seed: int = 1) -> list[tuple[str, str]]:
-    """`n` distinct (english, german) pairs, the same for the same seed."""
+def distinct_pairs(templates: list, n: int, seed: int) -> list[tuple[str, str]]:
+    """`n` distinct pairs drawn from weighted (template, weight) generators, the same for the same seed. A full
+    sentence starts with a capital (a no-op for scripts without case)."""
     rng = random.Random(seed)
-    functions, weights = zip(*_TEMPLATES, strict=True)
+    functions, weights = zip(*templates, strict=True)
     seen: set[tuple[str, str]] = set()
     pairs: list[tuple[str, str]] = []
     attempts = 0
@@ -307,10 +308,15 @@ def generate_pairs(n: int, seed: int = 1) -> list[tuple[str, str]]:
         attempts += 1
         if attempts > 20 * n + 1000:  # the space has millions of pairs; only absurd n gets here
             raise ValueError(f"cannot generate {n} distinct demo pairs")
-        en, de = rng.choices(functions, weights)[0](rng)
-        if en.endswith("."):  # full sentences start with a capital in both languages
-            en, de = _capitalize(en), _capitalize(de)
-        if (en, de) not in seen:
-            seen.add((en, de))
-            pairs.append((en, de))
+        en, other = rng.choices(functions, weights)[0](rng)
+        if en.endswith("."):
+            en, other = _capitalize(en), _capitalize(other)
+        if (en, other) not in seen:
+            seen.add((en, other))
+            pairs.append((en, other))
     return pairs
+
+
+def generate_pairs(n: int, seed: int = 1) -> list[tuple[str, str]]:
+    """`n` distinct (english, german) pairs, the same for the same seed."""
+    return distinct_pairs(_TEMPLATES, n, seed)

@@ -24,7 +24,17 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from nmt.demo import _ADJECTIVES, _MONTHS, _NOUNS, _PLACES, _random_number, number_to_en, ordinal_en, year_en
+from nmt.demo import (
+    _ADJECTIVES,
+    _MONTHS,
+    _NOUNS,
+    _PLACES,
+    _random_number,
+    distinct_pairs,
+    number_to_en,
+    ordinal_en,
+    year_en,
+)
 
 # ---------------------------------------------------------------- numbers
 
@@ -248,19 +258,4 @@ _TEMPLATES: list[tuple[Callable[[random.Random], tuple[str, str]], int]] = [
 
 def generate_pairs_zh(n: int, seed: int = 1) -> list[tuple[str, str]]:
     """`n` distinct (english, chinese) pairs, the same for the same seed."""
-    rng = random.Random(seed)
-    functions, weights = zip(*_TEMPLATES, strict=True)
-    seen: set[tuple[str, str]] = set()
-    pairs: list[tuple[str, str]] = []
-    attempts = 0
-    while len(pairs) < n:
-        attempts += 1
-        if attempts > 20 * n + 1000:  # the space has millions of pairs; only absurd n gets here
-            raise ValueError(f"cannot generate {n} distinct demo pairs")
-        en, zh = rng.choices(functions, weights)[0](rng)
-        if en.endswith("."):  # a full English sentence starts with a capital
-            en = en[:1].upper() + en[1:]
-        if (en, zh) not in seen:
-            seen.add((en, zh))
-            pairs.append((en, zh))
-    return pairs
+    return distinct_pairs(_TEMPLATES, n, seed)
