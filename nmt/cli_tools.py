@@ -36,7 +36,11 @@ def score(
     tokenize: Annotated[str | None, typer.Option(help="BLEU tokenizer passed to sacreBLEU (13a, intl, zh, ja-mecab, "
                                                  "char, flores200, none...; default: chosen for the language)")] = None,
     tgt_lang: Annotated[str | None, typer.Option(help="The translation's language, for BLEU's tokenizer (default: "
-                                                 "the first --ref file's suffix: test.zh -> zh)")] = None,
+                                                 "--data-dir's or --checkpoint's, else the first --ref file's suffix: "
+                                                 "test.zh -> zh)")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="A data dir whose target language is the hypothesis'.")] = None,
+    checkpoint: Annotated[Path | None, typer.Option(help="A checkpoint whose target language is the hypothesis'.")
+                          ] = None,
     lowercase: Annotated[bool, typer.Option(help="Case-insensitive scores.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON line instead of text.")] = False,
 ) -> None:
@@ -45,6 +49,7 @@ def score(
     otherwise; the signature printed says which."""
     from nmt import score as command
 
+    tgt_lang = tgt_lang or command.target_language(data_dir, checkpoint)
     typer.echo(command.run(ref, hyp, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
                            tokenize=tokenize, lowercase=lowercase, json_out=json_out, tgt_lang=tgt_lang))
 

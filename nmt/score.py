@@ -89,6 +89,21 @@ def language_of_file(path: str | os.PathLike[str]) -> str | None:
         return None
 
 
+def target_language(data_dir: str | os.PathLike[str] | None, checkpoint_path: str | os.PathLike[str] | None
+                    ) -> str | None:
+    """The target language a data dir's meta.json or a checkpoint records (None for neither, or none recorded)."""
+    if data_dir is not None:
+        from nmt.datadir import DataDir
+
+        return DataDir.open(data_dir).langs[1]
+    if checkpoint_path is not None:
+        from nmt import checkpoint
+
+        langs = checkpoint.load(checkpoint_path).langs
+        return langs[1] if langs else None
+    return None
+
+
 def read_lines(path_or_stream: str | os.PathLike[str] | IO[Any]) -> list[str]:
     """Lines of a UTF-8 file or stream ("-" = stdin), without their "\\n" / "\\r\\n" (nothing else stripped,
     except a leading byte-order mark). Missing file or invalid UTF-8 -> NmtError naming file and line."""

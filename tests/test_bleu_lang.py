@@ -128,6 +128,13 @@ def test_validation_bleu_on_chinese_is_sacrebleus_zh_and_a_resumed_run_keeps_it(
     assert "keeps this run's tokenizer zh" in captured.err + captured.out
     info = json.loads(run_cli("info", run, "--json").stdout)
     assert info["metrics"]["best"]["tokenize"] == "zh"
+    # nmt score takes the language from the data dir or the checkpoint too (the files here say nothing)
+    (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n", encoding="utf-8")
+    (tmp_path / "hyp.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    for where in (["--data-dir", zh_data], ["--checkpoint", RunDir(run).last]):
+        out = run_cli("score", "--ref", tmp_path / "ref.txt", "--hyp", tmp_path / "hyp.txt", "--metrics", "bleu",
+                      *where).stdout
+        assert "tok:zh" in out
 
 
 def test_ter_sees_characters_where_bleu_does(tmp_path):
