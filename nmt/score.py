@@ -248,6 +248,13 @@ def run(refs: Sequence[str | os.PathLike[str]], hyp: str | os.PathLike[str] | No
         tokenize: str | None, lowercase: bool, json_out: bool, tgt_lang: str | None = None) -> str:
     """The `nmt score` command: the report for a hypothesis file (stdin when None) against references. BLEU's
     tokenizer: `tokenize`, else chosen for `tgt_lang`, else for the language the first reference's suffix names."""
+    if tgt_lang is not None:
+        from nmt.langcodes import canonical
+
+        try:
+            canonical(tgt_lang)
+        except ValueError as e:
+            raise NmtError(f"--tgt-lang: {e}") from None
     if tokenize is None and {"bleu", "ter"} & set(metrics):
         chosen = bleu_tokenizer(tgt_lang or (language_of_file(refs[0]) if refs else None))
         tokenize = chosen.name

@@ -28,7 +28,7 @@ from nmt.rundir import RunDir
 from nmt.train import train
 from nmt.translator import Translator
 
-from .conftest import run_cli, tiny_config
+from .conftest import assert_one_line_error, run_cli, tiny_config
 
 # The example: each hypothesis one character off its reference.
 REFS = ["我们花十欧元买了两本书。", "火车九点出发。"]
@@ -73,6 +73,8 @@ def test_nmt_score_takes_the_language_from_tgt_lang(tmp_path, monkeypatch):
     assert "tok:char" in done.stdout and "note: BLEU on ja uses the char tokenizer" in done.stderr
     plain = run_cli("score", "--ref", ref, "--hyp", hyp, "--metrics", "bleu")
     assert "tok:13a" in plain.stdout and "note" not in plain.stderr
+    assert_one_line_error(run_cli("score", "--ref", ref, "--hyp", hyp, "--tgt-lang", "中文"), "--tgt-lang",
+                          "not a language code")
 
 
 @pytest.fixture(scope="module")
