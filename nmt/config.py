@@ -136,6 +136,12 @@ class TrainConfig:
         return "bleu" if self.best_metric == "bleu" and self.valid_bleu_sentences > 0 else "loss"
 
 
+def recorded_bleu_tokenize(value: str | None) -> str:
+    """The tokenizer a run's validation BLEU used, from its recorded train.bleu_tokenize: runs from before it was
+    recorded (or that computed no BLEU) say auto or nothing, and their BLEU was 13a."""
+    return "13a" if value in (None, "auto") else str(value)
+
+
 @dataclass
 class DecodeConfig:
     """Search settings for `nmt translate` (and greedy validation)."""

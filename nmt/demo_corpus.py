@@ -9,7 +9,7 @@ from pathlib import Path
 from nmt.demo import generate_pairs
 from nmt.demo_zh import generate_pairs_zh
 from nmt.errors import NmtError
-from nmt.langcodes import canonical
+from nmt.langcodes import canonical_or_none
 
 
 class DemoLanguageError(NmtError, ValueError):
@@ -18,10 +18,7 @@ class DemoLanguageError(NmtError, ValueError):
 
 def _is_chinese(lang: str) -> bool:
     """Whether `lang` asks for the Chinese demo (zh, zh-CN, zh-Hans...); traditional Chinese is refused."""
-    try:
-        code = canonical(lang)
-    except ValueError:  # a file name rather than a language: the German demo's files, as named
-        return False
+    code = canonical_or_none(lang)  # None: a file name rather than a language (the German demo's files, as named)
     if code == "zh-Hant":
         raise DemoLanguageError(f"the built-in Chinese demo is Simplified Chinese (zh, zh-CN, zh-Hans), not '{lang}'")
     return code == "zh"

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from nmt import checkpoint
 from nmt.checkpoint import Checkpoint
-from nmt.config import Config, ModelConfig, config_from_dict
+from nmt.config import Config, ModelConfig, config_from_dict, recorded_bleu_tokenize
 from nmt.datadir import META_FILE, DataDir, outputs
 from nmt.errors import CheckpointError, NmtError, first_line
 from nmt.rundir import RunDir
@@ -126,7 +126,7 @@ def _stored_best(progress: dict[str, Any] | None, cfg: Config) -> dict[str, Any]
 def _tok(cfg: Config | None) -> dict[str, str]:
     """The sacreBLEU tokenizer of validation BLEU (13a in runs from before it was recorded)."""
     bleu = cfg is not None and cfg.train.best_by == "bleu"
-    return {"tokenize": cfg.train.bleu_tokenize.replace("auto", "13a")} if bleu else {}  # type: ignore[union-attr]
+    return {"tokenize": recorded_bleu_tokenize(cfg.train.bleu_tokenize)} if bleu else {}  # type: ignore[union-attr]
 
 
 # ---------------------------------------------------------------- run dir

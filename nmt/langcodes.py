@@ -71,13 +71,19 @@ def _chinese(subtags: list[str]) -> str:
     return "zh-Hant" if any(t in _TRADITIONAL_REGIONS for t in subtags) else "zh"
 
 
+def canonical_or_none(code: str) -> str | None:
+    """`canonical(code)`, or None where `code` is no language code (a file suffix such as "txt" or "english"): for
+    callers that fall back on something else rather than refuse."""
+    try:
+        return canonical(code)
+    except ValueError:
+        return None
+
+
 def language_name(code: str) -> str:
     """The English name of a language (LibreTranslate's wording), any alias accepted; an unknown or malformed code
     names itself."""
-    try:
-        return LANGUAGE_NAMES.get(canonical(code), code)
-    except ValueError:
-        return code
+    return LANGUAGE_NAMES.get(canonical_or_none(code) or code, code)
 
 
 def written_without_spaces(code: str) -> bool:

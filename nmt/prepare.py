@@ -43,7 +43,7 @@ from nmt.config import Config, DataConfig, check_data
 from nmt.demo_corpus import write_demo
 from nmt.encoding import encode_split
 from nmt.errors import NmtError
-from nmt.langcodes import is_cjk
+from nmt.langcodes import canonical_or_none, is_cjk
 from nmt.log import console, progress_bar, show_progress
 from nmt.tokenizer import Tokenizer, train_spm
 
@@ -329,7 +329,8 @@ def vocabulary_rules(cfg: DataConfig, train=None) -> dict[str, Any]:
     past the 99.95% line (the zh demo: 7 of its 136), which the model then spells in bytes, sometimes wrongly.
     Their full-width punctuation (，！？（）) is the script's own, which SentencePiece's default NFKC rule would turn
     into ASCII in every translation: the text keeps nmt's own normalization (data.normalize) alone."""
-    cjk = any(_is_cjk(code) for code in (cfg.src_lang, cfg.tgt_lang))
+    # a file suffix that is no language code ("english") has no script to go by
+    cjk = any(is_cjk(code) for code in map(canonical_or_none, (cfg.src_lang, cfg.tgt_lang)) if code)
     coverage = cfg.character_coverage
     if coverage is None:
         few = cjk and train is not None and _inventory(train, cfg.spm_sample) <= cfg.vocab_size // 2
@@ -345,13 +346,6 @@ def _inventory(train, cap: int) -> int:
     for sentence in _stream_text(train.select(range(min(len(train), cap))), ("src", "tgt")):
         seen.update(sentence)
     return len(seen)
-
-
-def _is_cjk(code: str) -> bool:
-    try:
-        return is_cjk(code)
-    except ValueError:  # a file suffix that is no language code ("english", "src.txt"): no script to go by
-        return False
 
 
 def _train_tokenizer(cfg: DataConfig, train, bar: Progress, rules: dict[str, Any]) -> Tokenizer:

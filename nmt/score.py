@@ -56,12 +56,9 @@ def _usable(tokenizer: str) -> bool:
 
 def bleu_tokenizer(lang: str | None) -> BleuTokenizer:
     """The BLEU tokenizer for target language `lang` (any spelling nmt.langcodes knows; None or unknown: 13a)."""
-    from nmt.langcodes import canonical, written_without_spaces
+    from nmt.langcodes import canonical_or_none, written_without_spaces
 
-    try:
-        code = canonical(lang) if lang else ""
-    except ValueError:
-        code = ""
+    code = (canonical_or_none(lang) if lang else None) or ""
     if code in ("zh", "zh-Hant"):
         return BleuTokenizer("zh")
     if code in _MECAB:
@@ -78,15 +75,10 @@ def bleu_tokenizer(lang: str | None) -> BleuTokenizer:
 
 def language_of_file(path: str | os.PathLike[str]) -> str | None:
     """The language a file's suffix names (test.zh -> zh, newstest.zh-Hant -> zh-Hant), or None."""
-    from nmt.langcodes import canonical
+    from nmt.langcodes import canonical_or_none
 
     suffix = Path(path).suffix[1:]
-    if not 2 <= len(suffix) <= 7:
-        return None
-    try:
-        return canonical(suffix)
-    except ValueError:
-        return None
+    return canonical_or_none(suffix) if 2 <= len(suffix) <= 7 else None
 
 
 def target_language(data_dir: str | os.PathLike[str] | None, checkpoint_path: str | os.PathLike[str] | None

@@ -30,7 +30,7 @@ import sentencepiece as spm
 
 from nmt.errors import NmtError
 from nmt.export import ct2, sbd
-from nmt.langcodes import canonical, language_name
+from nmt.langcodes import canonical_or_none, language_name
 from nmt.modelspec import ModelDescription
 
 PACKAGE_VERSION = "1.0"
@@ -44,10 +44,8 @@ ARGOS_CODES = {"zh-Hant": "zt", "pt-BR": "pb"}
 def argos_langs(model: ModelDescription) -> tuple[str, str]:
     """The pair as Argos Translate codes it (zh-CN -> zh, zh-TW -> zt); a code nmt.langcodes cannot read stays."""
     def code(lang: str) -> str:
-        try:
-            return ARGOS_CODES.get(canonical(lang), canonical(lang))
-        except ValueError:
-            return lang
+        known = canonical_or_none(lang)
+        return ARGOS_CODES.get(known, known) if known else lang
 
     src, tgt = model.langs
     return code(src), code(tgt)

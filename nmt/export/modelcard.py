@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from nmt.config import recorded_bleu_tokenize
 from nmt.errors import NmtError
 from nmt.modelspec import ModelDescription
 from nmt.rundir import RunDir
@@ -98,7 +99,7 @@ def run_facts(checkpoint: Path) -> list[str]:
         train = config.get("train") if isinstance(config.get("train"), dict) else {}
         n = train.get("valid_bleu_sentences")
         sentences = f"the first {n} validation sentences" if n else "the validation set"
-        tokenize = str(train.get("bleu_tokenize") or "auto").replace("auto", "13a")  # runs before it was recorded
+        tokenize = recorded_bleu_tokenize(train.get("bleu_tokenize"))
         facts.append(f"- validation BLEU {best['bleu']:.2f} at update {int(best['step'])} (greedy search, "
                      f"{sentences}, sacreBLEU `{bleu_signature(tokenize)}`)")
     steps = [r for r in records if r.get("type") == "train"]

@@ -20,14 +20,7 @@ def served_langs(service: Service) -> tuple[str, str]:
     """The (source, target) codes a model is served under: its checkpoint's, canonical (a checkpoint written
     "zh-CN" serves "zh"); a code that is no language code (an old run's "src") is served as written."""
     assert service.model is not None
-    return tuple(_canonical_or_same(code) for code in service.model.langs)  # type: ignore[return-value]
-
-
-def _canonical_or_same(code: str) -> str:
-    try:
-        return langcodes.canonical(code)
-    except ValueError:
-        return code
+    return tuple(langcodes.canonical_or_none(code) or code for code in service.model.langs)  # type: ignore[return-value]
 
 
 class Models:
