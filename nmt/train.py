@@ -36,10 +36,9 @@ from nmt.optim import adam, learning_rate
 from nmt.precision import autocast, choose, prepare
 from nmt.prefetch import Fetched, Prefetcher, epochs
 from nmt.rundir import RunDir
-from nmt.score import bleu_tokenizer
 from nmt.tokenizer import Tokenizer
 from nmt.trainstate import Counters, SkippedUpdate
-from nmt.validate import greedy_bleu, validation_loss
+from nmt.validate import choose_bleu_tokenize, greedy_bleu, keep_bleu_tokenize, validation_loss
 
 
 def fine_tuning_start(cfg: Config, data: DataDir, tokenizer: Tokenizer) -> dict[str, Any]:
@@ -81,7 +80,7 @@ class Trainer:
                 self.run_dir.check_experiment(cfg.to_dict(), force)
             self.dist.barrier()
             self._build()
-            self._choose_bleu_tokenizer()
+            choose_bleu_tokenize(cfg.train, self.data.langs[1], self.report.info)
             self.resumed = self._resume(force)
             self.oom = SplitOnOOM(self.counters, self.special.pad, lambda: self.optimizer.zero_grad(set_to_none=True),
                                   self.report.warn, self.dist.rank, self.dist.world)
@@ -115,24 +114,6 @@ class Trainer:
         self.bleu_sources = list(self.valid_data.select(range(n))["src_ids"]) if n > 0 else []
         self.bleu_references = self.data.references("valid", n) if n > 0 else []
 
-    def _choose_bleu_tokenizer(self) -> None:
-        """train.bleu_tokenize made concrete (auto: sacreBLEU's choice for the target language), so that config.yaml
-        and every checkpoint record what validation BLEU, best.pt and early stopping were measured with."""
-        t = self.cfg.train
-        if t.bleu_tokenize == "auto" and t.valid_bleu_sentences > 0:
-            chosen = bleu_tokenizer(self.data.langs[1])
-            t.bleu_tokenize = chosen.name
-            if chosen.note:
-                self.report.info(chosen.note)
-
-    def _keep_bleu_tokenizer(self, state: Checkpoint) -> None:
-        """A resumed run's validation BLEU stays the one its best.pt was chosen by."""
-        t, saved = self.cfg.train, (state.saved_config.get("train") or {}).get("bleu_tokenize", "13a")
-        if saved not in ("auto", t.bleu_tokenize):
-            self.report.warn(f"validation BLEU keeps this run's tokenizer {saved} (train.bleu_tokenize="
-                             f"{t.bleu_tokenize} would change what best.pt was chosen by: start a new run dir for it)")
-            t.bleu_tokenize = saved
-
     def _resume(self, force: bool) -> bool:
         """Continue from the newest intact checkpoint (True), or start: config.yaml, fresh metrics (False)."""
         state = trainstate.resume_point(self.run_dir, force, self.dist.main, self.report.warn)
@@ -152,7 +133,7 @@ class Trainer:
             self.report.info(f"resuming the run dir's checkpoints (train.init_from={self.cfg.train.init_from} "
                              "only starts a run)")
         trainstate.check_resumable(state, self.data, self.cfg.to_dict())
-        self._keep_bleu_tokenizer(state)
+        keep_bleu_tokenize(self.cfg.train, state.saved_config, self.report.warn)
         self.counters = trainstate.restore(state, self.model, self.optimizer, self.scaler, self.sampler,
                                            self.dist.rank, self.dist.world, self.cfg.train.seed, self.device)
         self.sampler_state = self.sampler.state_dict()

@@ -9,10 +9,11 @@ from collections.abc import Callable, Sequence
 import torch
 
 from nmt.batching import TokenBatchSampler, batches_from_dataset, source_batches
+from nmt.config import TrainConfig
 from nmt.datadir import lengths
 from nmt.loss import label_smoothed_loss
 from nmt.model import Transformer
-from nmt.score import corpus_bleu
+from nmt.score import bleu_tokenizer, corpus_bleu
 from nmt.search import greedy_search
 from nmt.tokenizer import SpecialIds, Tokenizer
 
@@ -51,3 +52,22 @@ def greedy_bleu(model: Transformer, sources: Sequence[Sequence[int]], references
         for i, hyp in zip(rows, tokenizer.decode_tgt([h[0].tokens for h in out])):
             hyps[i] = hyp
     return corpus_bleu(hyps, [references], tokenize)
+
+
+def choose_bleu_tokenize(train: TrainConfig, tgt_lang: str, info: Callable[[str], None]) -> None:
+    """train.bleu_tokenize made concrete (auto: sacreBLEU's choice for the target language), so that config.yaml
+    and every checkpoint record what validation BLEU, best.pt and early stopping were measured with."""
+    if train.bleu_tokenize == "auto" and train.valid_bleu_sentences > 0:
+        chosen = bleu_tokenizer(tgt_lang)
+        train.bleu_tokenize = chosen.name
+        if chosen.note:
+            info(chosen.note)
+
+
+def keep_bleu_tokenize(train: TrainConfig, saved_config: dict, warn: Callable[[str], None]) -> None:
+    """A resumed run's validation BLEU stays the one its best.pt was chosen by (13a before it was recorded)."""
+    saved = (saved_config.get("train") or {}).get("bleu_tokenize", "13a")
+    if saved not in ("auto", train.bleu_tokenize):
+        warn(f"validation BLEU keeps this run's tokenizer {saved} (train.bleu_tokenize={train.bleu_tokenize} would "
+             "change what best.pt was chosen by: start a new run dir for it)")
+        train.bleu_tokenize = saved
