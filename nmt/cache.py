@@ -22,7 +22,7 @@ class DecoderCache:
     memory_mask: [G, 1, 1, S] bool, True where the source token is real (SDPA convention).
     self_kv:     [L, 2, G, H, capacity, W, Dh] keys/values of target positions, W slots per group and
                  position: at position p, row q of a group wrote slot q. The capacity grows (doubling, up
-                 to the `max_len` hint, further only if needed); see `Transformer.init_cache`.
+                 to the `max_len` hint, further only if needed); see `start`.
     slots:       [G, group, capacity] which slot holds position p of row q's own history. A beam reorder
                  only rewrites this small index (a beam inherits its parent's history by reference), so
                  the keys/values are copied only when sentences leave the batch or the group widens.
@@ -39,6 +39,21 @@ class DecoderCache:
     step: int = 0
     group: int = 1
     self_mask: Tensor | None = None
+
+    INITIAL_CAPACITY = 16  # positions preallocated before doubling
+
+    @classmethod
+    def start(cls, cross_kv: Tensor, memory_mask: Tensor, max_len: int) -> DecoderCache:
+        """The state before the first step, one row per group, from the source's keys and values of every
+        layer, cross_kv [L, 2, B, H, S, Dh], and its key mask [B, 1, 1, S]. The capacity starts at
+        INITIAL_CAPACITY positions and doubles (up to max_len) as decoding goes on: a cache reserving all
+        max_len positions at once costs nothing extra only while its pages stay fresh, and with freed memory
+        reused (`nmt.device.keep_freed_memory`) they are not."""
+        L, _, B, H, _, Dh = cross_kv.shape
+        capacity = max(1, min(max_len, cls.INITIAL_CAPACITY))
+        self_kv = cross_kv.new_empty(L, 2, B, H, capacity, 1, Dh)
+        slots = torch.zeros(B, 1, capacity, dtype=torch.long, device=cross_kv.device)
+        return cls(cross_kv, memory_mask, self_kv, slots, max_len=max_len)
 
     @property
     def batch_size(self) -> int:
@@ -57,6 +72,19 @@ class DecoderCache:
             own = self.slots[:, :, : step + 1, None] == torch.arange(W, device=self.slots.device)
             mask = torch.zeros(G, 1, Q, (step + 1) * W, dtype=dtype, device=self.self_kv.device)
             self.self_mask = mask.masked_fill_(~own.view(G, 1, Q, -1), float("-inf"))
+
+    def as_groups(self, x: Tensor) -> Tensor:
+        """A step's rows [N, 1, D] as the layers see them, [G, group, D]: a group's rows (a sentence's beams)
+        are one sequence of `group` query positions."""
+        return x.view(-1, self.group, x.size(-1))
+
+    def as_rows(self, x: Tensor) -> Tensor:
+        """[G, group, D] -> [N, D], row g * group + q."""
+        return x.reshape(-1, x.size(-1))
+
+    def attention_rows(self, weights: Tensor) -> Tensor:
+        """Every layer's cross-attention weights of a step, [L, G, H, group, S] -> [L, N, H, S]."""
+        return weights.transpose(2, 3).flatten(1, 2)
 
     def layer(self, i: int) -> LayerCache:
         """What decoder layer i reads and writes at this step."""

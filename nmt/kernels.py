@@ -1,7 +1,8 @@
 """CPU kernels: faster ways to compute what nmt.model writes the plain PyTorch way. Imports nothing from nmt.
 
-The model calls `attention` (its one dispatch point); everything else is swapped in from outside by
-nmt.precision (`swap_linears`, `swap_dropout`, `to_int8`) or called by the loss and the search
+The model asks `written_out_pays` whether to compute attention as equation 1 is written (its
+`scaled_dot_product_attention`) rather than through PyTorch's fused SDPA; everything else is swapped in from outside
+by nmt.precision (`swap_linears`, `swap_dropout`, `to_int8`) or called by the loss and the search
 (`fast_linear`, `top_k_rows`). Each kernel says why it exists and which bench shows it; the figures
 themselves live with the benches and the README, not here.
 """
@@ -19,49 +20,18 @@ from torch import Tensor, nn
 
 # ---- attention ------------------------------------------------------------------------------------
 
-
-def attention_with_weights(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout_p: float
-) -> tuple[Tensor, Tensor]:
-    """softmax(QK^T / sqrt(d_k)) V written out; unlike SDPA it returns the weights. q [B, H, T, Dh], k and v
-    [B, H, S, Dh]; `mask`: boolean (True = attend) or additive. Output [B, H, T, Dh], weights float32
-    [B, H, T, S]."""
-    scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-    if causal:
-        T, S = scores.shape[-2:]
-        future = torch.ones(T, S, dtype=torch.bool, device=q.device).triu(1)
-        scores = scores.masked_fill(future, float("-inf"))
-    weights = scores.softmax(dim=-1)
-    out = (F.dropout(weights, dropout_p) if dropout_p > 0 else weights).to(v.dtype) @ v
-    return out, weights
-
-
 WRITTEN_OUT_MAX_KEYS = 128  # bf16/fp16 on CPU: written out up to this many keys, SDPA beyond
 
 
 def written_out_pays(q: Tensor, k: Tensor, decoding_step: bool) -> bool:
-    """Where the written-out attention is faster than SDPA: on CPU, for a decoding step (a few query rows
-    against tens of keys, where SDPA's fixed cost exceeds the work), and in bf16/fp16 up to
-    WRITTEN_OUT_MAX_KEYS keys (SDPA's CPU flash kernel is slow at translation's lengths; in float32 SDPA
+    """Where the written-out attention (nmt.model.scaled_dot_product_attention) is faster than SDPA: on CPU, for a
+    decoding step (a few query rows against tens of keys, where SDPA's fixed cost exceeds the work), and in bf16/fp16
+    up to WRITTEN_OUT_MAX_KEYS keys (SDPA's CPU flash kernel is slow at translation's lengths; in float32 SDPA
     wins at every length). `python bench/train.py --configs base --dtype bf16` and
     `python bench/translate.py` time both sides."""
     if q.device.type != "cpu":
         return False
     return decoding_step or (q.dtype in (torch.bfloat16, torch.float16) and k.size(-2) <= WRITTEN_OUT_MAX_KEYS)
-
-
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, causal: bool = False,
-              dropout_p: float = 0.0, need_weights: bool = False,
-              decoding_step: bool = False) -> tuple[Tensor, Tensor | None]:
-    """Scaled dot-product attention, q [B, H, T, Dh] over k, v [B, H, S, Dh] -> output [B, H, T, Dh] and,
-    only if asked, float32 weights [B, H, T, S]. PyTorch's SDPA, or the same computation written out where
-    that is faster (`written_out_pays`) or the weights are wanted."""
-    if need_weights or written_out_pays(q, k, decoding_step):
-        out, weights = attention_with_weights(q, k, v, mask, causal, dropout_p)
-        return out, weights if need_weights else None
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal), None
 
 
 # ---- Linear layers through oneDNN ------------------------------------------------------------------

@@ -1,11 +1,15 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) for translation.
 
-Read top-down like the paper: positional encoding (§3.5), multi-head attention (§3.2), the
-position-wise feed-forward network (§3.3), the residual connections around each sub-layer and the
-encoder and decoder layers (§3.1), and the model with shared embeddings (§3.4). Search drives the
-decoder one position at a time through `init_cache` / `decode_step`; `DecoderCache` (nmt/cache.py)
-holds that incremental state. Written with plain PyTorch modules; nmt.precision swaps in faster CPU
-kernels (nmt/kernels.py) from outside, and `kernels.attention` picks how to compute attention.
+In the paper's order: the encoder and decoder layers with the residual connection and LayerNorm around each
+sub-layer (§3.1), attention, written out as equation 1, and its multi-head form (§3.2), the position-wise
+feed-forward network (§3.3), the output projection that shares the embedding matrix (§3.4) and the sinusoidal
+positional encoding (§3.5); then `Transformer`, which assembles them: embeddings (§3.4-3.5), the encoder, the
+decoder, and the decoder run one position at a time for search (`init_cache` / `decode_step`, the incremental
+state held by `DecoderCache` in nmt/cache.py). docs/paper.md maps each section and equation to its code and test.
+
+Plain PyTorch modules. Where PyTorch's fused attention computes equation 1 faster, `MultiHeadAttention` calls it
+instead of the written-out form (the same numbers: tests/test_model.py compares them); nmt.precision swaps in
+faster CPU kernels (nmt/kernels.py) from outside.
 
 Shapes: B batch rows, S source length, T target length, D d_model, H heads, Dh = D / H,
 L decoder layers, V vocabulary. Attention masks are boolean with True = "may be attended to" (or
@@ -25,108 +29,7 @@ from torch import Tensor, nn
 from nmt import kernels
 from nmt.cache import DecoderCache, LayerCache
 
-
-def sinusoidal_positions(max_positions: int, d_model: int, layout: str = "interleaved") -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
-    layout "halves" (Marian) puts the same sines in the first half of the vector and the cosines in the
-    second: PE(pos, i) = sin(angle_i), PE(pos, ceil(d/2) + i) = cos(angle_i)."""
-    pos = torch.arange(max_positions, dtype=torch.float64)[:, None]
-    angle = pos * torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
-    sin, cos = torch.sin(angle), torch.cos(angle)[:, : d_model // 2]  # odd d_model: one cosine fewer
-    if layout == "halves":
-        return torch.cat([sin, cos], dim=1).float()
-    pe = torch.zeros(max_positions, d_model, dtype=torch.float64)
-    pe[:, 0::2] = sin
-    pe[:, 1::2] = cos
-    return pe.float()
-
-
-def xavier_(linear: nn.Linear, blocks: int = 1) -> None:
-    """Xavier-uniform weights, zero bias. A fused projection (Q|K|V) is initialised block by block
-    so each block gets the same scale as a separate d_model x d_model layer."""
-    with torch.no_grad():
-        for block in linear.weight.chunk(blocks, dim=0):
-            nn.init.xavier_uniform_(block)
-        nn.init.zeros_(linear.bias)
-
-
-class MultiHeadAttention(nn.Module):
-    """MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),
-    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (§3.2.1-3.2.2).
-
-    The H heads' projections are one matrix: self-attention projects its input to Q|K|V at once;
-    cross-attention (`cross=True`) projects the decoder state to Q and the encoder output to K|V, so a
-    decoding cache computes the source's K, V once per sentence (`memory_kv`).
-    """
-
-    def __init__(self, d_model: int, n_heads: int, attention_dropout: float, cross: bool = False):
-        super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model={d_model} is not a multiple of n_heads={n_heads}")
-        self.n_heads, self.d_head, self.cross = n_heads, d_model // n_heads, cross
-        self.attention_dropout = attention_dropout
-        if cross:
-            self.q_proj = nn.Linear(d_model, d_model)
-            self.kv_proj = nn.Linear(d_model, 2 * d_model)
-            xavier_(self.q_proj)
-            xavier_(self.kv_proj, blocks=2)
-        else:
-            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
-            xavier_(self.qkv_proj, blocks=3)
-        self.out_proj = nn.Linear(d_model, d_model)
-        xavier_(self.out_proj)
-
-    def forward(self, query: Tensor, key_value: Tensor | None = None, mask: Tensor | None = None, *,
-                cache: LayerCache | None = None, causal: bool = False,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """query [B, T, D] attends to key_value [B, S, D] (cross-attention) or to itself (self-attention,
-        key_value None); mask broadcasts to [B, H, T, S]; `causal` hides later positions. With a decoding
-        `cache`, self-attention adds this step's keys and values to it and attends to all of them, and
-        cross-attention reads the source's from it. Returns [B, T, D] and, if asked, the weights
-        float32 [B, H, T, S]."""
-        if self.cross:
-            q = self._heads(self.q_proj(query), 1)[0]  # [B, H, T, Dh]
-            k, v = cache.memory_kv if cache is not None else self.memory_kv(key_value)  # [B, H, S, Dh] each
-        else:
-            q, k, v = self._heads(self.qkv_proj(query), 3)  # [B, H, T, Dh] each
-            if cache is not None:
-                k, v = cache.append(k, v)  # [B, H, S, Dh]: every position so far
-        dropout_p = self.attention_dropout if self.training else 0.0
-        out, weights = kernels.attention(q, k, v, mask, causal=causal, dropout_p=dropout_p,
-                                         need_weights=need_weights, decoding_step=cache is not None)
-        B, H, T, Dh = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh)), weights  # concat heads, W^O
-
-    def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Cross-attention's keys and values of the encoder output memory [B, S, D]: [B, H, S, Dh] each."""
-        k, v = self._heads(self.kv_proj(memory), 2)
-        return k, v
-
-    def _heads(self, x: Tensor, n: int) -> tuple[Tensor, ...]:
-        """[B, T, n*D] -> n tensors [B, H, T, Dh]. Unbinding the n axis in place (not moved to the front)
-        lets backward stack the n gradients straight into the [B, T, n*D] layout: one copy, not two."""
-        B, T, _ = x.shape
-        return tuple(part.transpose(1, 2) for part in x.view(B, T, n, self.n_heads, self.d_head).unbind(2))
-
-
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
-
-
-class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2  (§3.3), with dropout on the hidden activation; GELU or
-    swish (x * sigmoid(x), Marian's) in place of max(0, .) when asked."""
-
-    def __init__(self, d_model: int, d_ff: int, activation_dropout: float, activation: str = "relu"):
-        super().__init__()
-        self.w1 = nn.Linear(d_model, d_ff)
-        self.w2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(activation_dropout)
-        self.activation = ACTIVATIONS[activation]
-        xavier_(self.w1)
-        xavier_(self.w2)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.w2(self.dropout(self.activation(self.w1(x))))  # [.., D] -> [.., d_ff] -> [.., D]
+# ---- §3.1 Encoder and decoder stacks -------------------------------------------------------------
 
 
 class ResidualNorm(nn.LayerNorm):
@@ -198,6 +101,119 @@ class DecoderLayer(nn.Module):
         return x, weights
 
 
+# ---- §3.2 Attention ------------------------------------------------------------------------------
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False,
+                                 dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (§3.2.1, equation 1), as the paper writes it.
+
+    q [B, H, T, Dh] (T queries), k and v [B, H, S, Dh] (S keys and values); `mask` broadcasts to [B, H, T, S],
+    boolean (True = may be attended to) or additive; `causal` hides from each query the keys after it (§3.2.3).
+    Returns the output [B, H, T, Dh] and the attention weights, float32 [B, H, T, S], each row summing to 1.
+    """
+    d_k = q.size(-1)
+    scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(d_k)  # [B, H, T, S]: how well each query fits each key
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    if causal:
+        T, S = scores.shape[-2:]
+        later = torch.ones(T, S, dtype=torch.bool, device=q.device).triu(1)  # key j > query i
+        scores = scores.masked_fill(later, float("-inf"))
+    weights = scores.softmax(dim=-1)  # [B, H, T, S]
+    dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights  # attention dropout (not the paper's)
+    return dropped.to(v.dtype) @ v, weights  # [B, H, T, Dh]: a weighted sum of the values
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (§3.2.1-3.2.2).
+
+    The H heads' projections are one matrix: self-attention projects its input to Q|K|V at once;
+    cross-attention (`cross=True`) projects the decoder state to Q and the encoder output to K|V, so a
+    decoding cache computes the source's K, V once per sentence (`memory_kv`).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, attention_dropout: float, cross: bool = False):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not a multiple of n_heads={n_heads}")
+        self.n_heads, self.d_head, self.cross = n_heads, d_model // n_heads, cross
+        self.attention_dropout = attention_dropout
+        if cross:
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+            xavier_(self.q_proj)
+            xavier_(self.kv_proj, blocks=2)
+        else:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
+            xavier_(self.qkv_proj, blocks=3)
+        self.out_proj = nn.Linear(d_model, d_model)
+        xavier_(self.out_proj)
+
+    def forward(self, query: Tensor, key_value: Tensor | None = None, mask: Tensor | None = None, *,
+                cache: LayerCache | None = None, causal: bool = False,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """query [B, T, D] attends to key_value [B, S, D] (cross-attention) or to itself (self-attention,
+        key_value None); mask broadcasts to [B, H, T, S]; `causal` hides later positions. With a decoding
+        `cache`, self-attention adds this step's keys and values to it and attends to all of them, and
+        cross-attention reads the source's from it. Returns [B, T, D] and, if asked, the weights
+        float32 [B, H, T, S]."""
+        if self.cross:
+            q = self._heads(self.q_proj(query), 1)[0]  # [B, H, T, Dh]
+            k, v = cache.memory_kv if cache is not None else self.memory_kv(key_value)  # [B, H, S, Dh] each
+        else:
+            q, k, v = self._heads(self.qkv_proj(query), 3)  # [B, H, T, Dh] each
+            if cache is not None:
+                k, v = cache.append(k, v)  # [B, H, S, Dh]: every position so far
+        dropout_p = self.attention_dropout if self.training else 0.0
+        if need_weights or kernels.written_out_pays(q, k, decoding_step=cache is not None):
+            out, weights = scaled_dot_product_attention(q, k, v, mask, causal, dropout_p)  # [B, H, T, Dh]
+        else:  # equation 1 fused by PyTorch: the same output, no weights
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
+            weights = None
+        B, H, T, Dh = out.shape
+        out = self.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh))  # Concat(head_1..head_H) W^O
+        return out, weights if need_weights else None
+
+    def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention's keys and values of the encoder output memory [B, S, D]: [B, H, S, Dh] each."""
+        k, v = self._heads(self.kv_proj(memory), 2)
+        return k, v
+
+    def _heads(self, x: Tensor, n: int) -> tuple[Tensor, ...]:
+        """[B, T, n*D] -> n tensors [B, H, T, Dh]. Unbinding the n axis in place (not moved to the front)
+        lets backward stack the n gradients straight into the [B, T, n*D] layout: one copy, not two."""
+        B, T, _ = x.shape
+        return tuple(part.transpose(1, 2) for part in x.view(B, T, n, self.n_heads, self.d_head).unbind(2))
+
+
+# ---- §3.3 Position-wise feed-forward networks ----------------------------------------------------
+
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2  (§3.3), with dropout on the hidden activation; GELU or
+    swish (x * sigmoid(x), Marian's) in place of max(0, .) when asked."""
+
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float, activation: str = "relu"):
+        super().__init__()
+        self.w1 = nn.Linear(d_model, d_ff)
+        self.w2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(activation_dropout)
+        self.activation = ACTIVATIONS[activation]
+        xavier_(self.w1)
+        xavier_(self.w2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(self.dropout(self.activation(self.w1(x))))  # [.., D] -> [.., d_ff] -> [.., D]
+
+
+# ---- §3.4 Embeddings and softmax -----------------------------------------------------------------
+
+
 class TiedLinear(nn.Linear):
     """The output projection logits = x E^T (+ b) with the target embedding matrix E [V, D] (§3.4: the
     embeddings and the pre-softmax linear transformation share their weights). The optional bias is a
@@ -211,6 +227,36 @@ class TiedLinear(nn.Linear):
         self.register_buffer("bias", torch.zeros(self.out_features) if bias else None)
 
 
+# ---- §3.5 Positional encoding --------------------------------------------------------------------
+
+
+def sinusoidal_positions(max_positions: int, d_model: int, layout: str = "interleaved") -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
+    layout "halves" (Marian) puts the same sines in the first half of the vector and the cosines in the
+    second: PE(pos, i) = sin(angle_i), PE(pos, ceil(d/2) + i) = cos(angle_i)."""
+    pos = torch.arange(max_positions, dtype=torch.float64)[:, None]
+    angle = pos * torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    sin, cos = torch.sin(angle), torch.cos(angle)[:, : d_model // 2]  # odd d_model: one cosine fewer
+    if layout == "halves":
+        return torch.cat([sin, cos], dim=1).float()
+    pe = torch.zeros(max_positions, d_model, dtype=torch.float64)
+    pe[:, 0::2] = sin
+    pe[:, 1::2] = cos
+    return pe.float()
+
+
+# ---- The model: §3.1's stacks assembled ----------------------------------------------------------
+
+
+def xavier_(linear: nn.Linear, blocks: int = 1) -> None:
+    """Xavier-uniform weights, zero bias. A fused projection (Q|K|V) is initialised block by block
+    so each block gets the same scale as a separate d_model x d_model layer."""
+    with torch.no_grad():
+        for block in linear.weight.chunk(blocks, dim=0):
+            nn.init.xavier_uniform_(block)
+        nn.init.zeros_(linear.bias)
+
+
 class Transformer(nn.Module):
     """Encoder-decoder Transformer. Keyword names equal the fields of `nmt.config.ModelConfig`.
 
@@ -220,8 +266,6 @@ class Transformer(nn.Module):
     `activation`, `position_layout`, `scale_embedding` and `output_bias` default to the paper's model;
     other values describe published models that differ (Marian: swish, halves, a fixed logits bias).
     """
-
-    INITIAL_CACHE = 16  # positions preallocated by init_cache before doubling
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_heads: int = 8,
                  d_ff: int = 2048, encoder_layers: int = 6, decoder_layers: int = 6, dropout: float = 0.1,
@@ -325,17 +369,10 @@ class Transformer(nn.Module):
     # ---- decoder: one position at a time (search) ------------------------------------------------
 
     def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int) -> DecoderCache:
-        """Decoding state for the rows of `memory`; max_len is the expected number of steps.
-
-        The capacity starts at INITIAL_CACHE positions and doubles (up to max_len) as decoding goes on: a
-        cache reserving all max_len positions at once costs nothing extra only while its pages stay fresh,
-        and with freed memory reused (`nmt.device.keep_freed_memory`) they are not."""
+        """Decoding state for the rows of `memory` [B, S, D]; max_len is the expected number of steps. The
+        source's keys and values of every decoder layer's cross-attention are computed here, once."""
         cross_kv = torch.stack([torch.stack(layer.cross_attn.memory_kv(memory)) for layer in self.decoder_layers])
-        L, _, B, H, _, Dh = cross_kv.shape  # [L, 2, B, H, S, Dh]
-        capacity = max(1, min(max_len, self.INITIAL_CACHE))
-        self_kv = cross_kv.new_empty(L, 2, B, H, capacity, 1, Dh)
-        slots = torch.zeros(B, 1, capacity, dtype=torch.long, device=memory.device)
-        return DecoderCache(cross_kv, _attend_mask(src_pad_mask), self_kv, slots, max_len=max_len)
+        return DecoderCache.start(cross_kv, _attend_mask(src_pad_mask), max_len)  # cross_kv [L, 2, B, H, S, Dh]
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache,
                     need_attention: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -347,20 +384,16 @@ class Transformer(nn.Module):
         then the cross-attention weights of every decoder layer and head, float32 [L, N, H, S].
         Inference only (writes into the cache in place): call under torch.no_grad().
         """
-        N, group = tokens.size(0), cache.group
         x = self._embed(self.tgt_embed, tokens[:, None], offset=cache.step)  # [N, 1, D]
         cache.begin_step(x.dtype)
-        x = x.view(N // group, group, -1)  # [G, group, D]
+        x = cache.as_groups(x)  # [G, group, D]
         weights = []
         for i, layer in enumerate(self.decoder_layers):
             x, w = layer(x, None, cache.memory_mask, cache=cache.layer(i), need_weights=need_attention)
             weights.append(w)  # [G, H, group, S]
         cache.step += 1
-        logits = self.output(self.decoder_norm(x.reshape(N, -1)))  # [N, V]
-        if not need_attention:
-            return logits, None
-        attention = torch.stack(weights)  # [L, G, H, group, S] -> [L, N, H, S]
-        return logits, attention.transpose(2, 3).flatten(1, 2)
+        logits = self.output(self.decoder_norm(cache.as_rows(x)))  # [N, V]
+        return logits, cache.attention_rows(torch.stack(weights)) if need_attention else None
 
     # ---- attention weights for inspection / plots ------------------------------------------------
 

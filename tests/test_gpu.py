@@ -41,9 +41,8 @@ from nmt import checkpoint, precision
 from nmt.config import ModelConfig
 from nmt.demo_corpus import write_demo
 from nmt.device import pick_device
-from nmt.kernels import attention, attention_with_weights
 from nmt.loss import label_smoothed_loss, projected_label_smoothed_loss
-from nmt.model import Transformer
+from nmt.model import Transformer, scaled_dot_product_attention
 from nmt.precision import Precision, prepare
 from nmt.train import train
 
@@ -186,8 +185,9 @@ def formula(q, k, v, mask, causal):
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("case", list(ATTENTION_CASES))
 def test_sdpa_agrees_with_the_written_out_attention(case, dtype):
-    """nmt.kernels.attention (SDPA on CUDA) and attention_with_weights (the written-out formula, what the CPU runs
-    for decoding steps and what attention plots use) against the formula in float64, forward and backward."""
+    """PyTorch's SDPA (what the model runs on CUDA) and nmt.model.scaled_dot_product_attention (equation 1 written
+    out, what the CPU runs for decoding steps and what attention plots use) against the formula in float64, forward
+    and backward."""
     T, S, lengths, causal = ATTENTION_CASES[case]
     g = torch.Generator().manual_seed(7)
     B, H, Dh = 3, 4, 64
@@ -204,14 +204,14 @@ def test_sdpa_agrees_with_the_written_out_attention(case, dtype):
         return [out.detach(), *(x.grad for x in leaves)]
 
     def sdpa(q, k, v, m, c):
-        return attention(q, k, v, m, causal=c)[0]
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=c)
 
     def written_out(q, k, v, m, c):
-        return attention_with_weights(q, k, v, m, c, 0.0)[0]
+        return scaled_dot_product_attention(q, k, v, m, c)[0]
 
     want = run(formula, torch.float64, "cpu")
     low = DTYPES[dtype]
-    for name, got in (("attention", run(sdpa, low, DEVICE)), ("attention_with_weights", run(written_out, low, DEVICE))):
+    for name, got in (("sdpa", run(sdpa, low, DEVICE)), ("written out", run(written_out, low, DEVICE))):
         for what, a, b in zip(("output", "d q", "d k", "d v"), got, want, strict=True):
             assert a.dtype == low and a.device.type == DEVICE.type
             err = rel_err(a, b)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from nmt.cache import DecoderCache
-from nmt.model import Transformer, sinusoidal_positions
+from nmt.model import MultiHeadAttention, Transformer, scaled_dot_product_attention, sinusoidal_positions
 
 torch.set_num_threads(2)
 
@@ -197,6 +197,51 @@ def test_cache_reorder_then_step_equals_stepping_reordered_batch():
         ref.append(model.decode_step(steps[index[[3, 1]], 5], ref_cache)[0])
     for a, b in zip(got, ref, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+ATTENTION_MASKS = {  # how the model calls attention: (queries, keys, mask, causal)
+    "padding": (6, 6, torch.tensor([[True] * 6, [True] * 3 + [False] * 3])[:, None, None, :], False),
+    "causal": (6, 6, None, True),
+    "additive": (3, 6, torch.tensor([0.0, 0.0, -math.inf, 0.0, -math.inf, 0.0]).expand(2, 1, 3, 6), False),
+}
+
+
+@pytest.mark.parametrize("case", list(ATTENTION_MASKS))
+def test_written_out_attention_equals_the_fused_one_and_equation_1(case):
+    """The model's readable equation 1 and PyTorch's fused SDPA (its fast path) compute the same output, and both
+    equal softmax(QK^T / sqrt(d_k)) V computed here by hand, row by row."""
+    T, S, mask, causal = ATTENTION_MASKS[case]
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 4, n, 8, generator=g) for n in (T, S, S))
+    out, weights = scaled_dot_product_attention(q, k, v, mask, causal)
+    fused = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    torch.testing.assert_close(out, fused, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, T, dtype=torch.float32))
+    b, h, i = 1, 2, T - 1  # one query by hand
+    allowed = torch.ones(S, dtype=torch.bool)
+    if mask is not None:
+        m = mask.expand(2, 4, T, S)[b, h, i]
+        allowed = m if m.dtype == torch.bool else m.isfinite()
+    if causal:
+        allowed &= torch.arange(S) <= i
+    scores = torch.tensor([q[b, h, i] @ k[b, h, j] / math.sqrt(8) if allowed[j] else -math.inf for j in range(S)])
+    by_hand = scores.softmax(0) @ v[b, h]
+    torch.testing.assert_close(out[b, h, i], by_hand, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_attention_with_and_without_weights_agree(cross):
+    """need_weights=True takes the written-out path, False the fused one: the layer's output is the same."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(32, 4, 0.0, cross=cross).eval()
+    x, memory = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
+    mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])[:, None, None, :]
+    with torch.no_grad():
+        plain, none = attn(x, memory if cross else None, mask if cross else None, causal=not cross)
+        shown, weights = attn(x, memory if cross else None, mask if cross else None, causal=not cross,
+                              need_weights=True)
+    assert none is None and weights.shape == (2, 4, 5, 7 if cross else 5)
+    torch.testing.assert_close(plain, shown, atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("capacity_hint", [8, 2])  # 2: the cache must grow while groups are in use
