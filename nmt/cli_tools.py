@@ -57,14 +57,44 @@ def score(
 @app.command()
 @user_errors
 def plot(
-    run_dir: Annotated[Path, typer.Argument(help="Run dir holding metrics.jsonl.")],
+    run_dir: Annotated[Path | None, typer.Argument(
+        metavar="RUN_DIR", help="A run dir: its metrics.jsonl for the curves; for the other kinds its checkpoint "
+                                "(else its config.yaml) when neither --config nor --checkpoint is given.")] = None,
+    kind: Annotated[str, typer.Option(
+        "--kind", "-k",
+        help="curves: loss, perplexity, BLEU and learning rate of RUN_DIR's training. positions: the positional "
+             "encoding matrix as a heatmap and a few of its sin/cos dimensions over position (§3.5). masks: the "
+             "padding mask of a batch, one sentence's encoder self-attention mask and the causal (look-ahead) mask "
+             "of the decoder (§3.2.3). schedule: the learning rate per update over train.max_updates, warmup marked "
+             "(§5.3, eq. 3). smoothing: one target token's label-smoothed distribution beside the one-hot one "
+             "(§5.4). all: every kind (curves only with RUN_DIR).")] = "curves",
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    checkpoint: Annotated[Path | None, typer.Option(
+        help="A checkpoint, or a run dir (its averaged.pt, else best.pt, else last.pt): the pictures use its saved "
+             "config (then --set), its tokenizer (masks: piece labels) and its target vocabulary (smoothing).")
+    ] = None,
+    text: Annotated[list[str] | None, typer.Option(
+        "--text", "-t", help="masks: a sentence of the batch (repeatable; default: a few examples). With a "
+                             "checkpoint its tokenizer splits it into pieces, without one spaces split it into "
+                             "tokens. smoothing, with a checkpoint: the target token is the first piece of the first "
+                             "sentence.")
+    ] = None,
+    vocab_size: Annotated[int | None, typer.Option(
+        help="smoothing: the vocabulary size V (default: the checkpoint's target vocabulary, else "
+             "data.vocab_size).")] = None,
     output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="PNG to write (default: RUN_DIR/curves.png).")] = None,
+        "--output", "-o", help="PNG to write (default: RUN_DIR/KIND.png, else ./KIND.png; a directory gets "
+                               "KIND.png); with --kind all the directory to write KIND.png files into.")] = None,
 ) -> None:
-    """Plot training/validation curves (loss, perplexity, BLEU, learning rate) to a PNG (needs nmt\\[plot])."""
-    from nmt.plot import plot_curves
+    """Plot a run's training curves, or the paper's pictures of a config or checkpoint: positional encodings, attention
+    masks, learning-rate schedule, label smoothing (PNG; needs nmt\\[plot]). `nmt plot RUN_DIR` writes
+    RUN_DIR/curves.png."""
+    from nmt.plot_paper import run
 
-    typer.echo(f"wrote {plot_curves(run_dir, output or run_dir / 'curves.png')}", err=True)
+    for path in run(kind, run_dir, output, config=config, overrides=overrides or [], checkpoint=checkpoint,
+                    sentences=text or [], vocab_size=vocab_size):
+        typer.echo(f"wrote {path}", err=True)
 
 
 @app.command()
@@ -132,3 +162,4 @@ def export(
     if push is not None:
         options["push"] = push
     run_export(checkpoint, to, output, force=force, **options)
+

@@ -21,10 +21,25 @@ from torch import Tensor
 from nmt.kernels import autocast_dtype, fast_linear
 
 
+def smoothing_weights(epsilon: float) -> tuple[float, float]:
+    """The label-smoothing rule (§5.4) as the loss applies it: (weight of the target's NLL, weight of the mean over
+    the whole vocabulary of -log p_v) = (1 - eps, eps). Pad and the other special ids are in that mean too."""
+    return 1.0 - epsilon, epsilon
+
+
+def smoothed_targets(target: Tensor, vocab: int, epsilon: float, dtype: torch.dtype = torch.float32) -> Tensor:
+    """The distribution the loss trains towards, [..., V] for target ids [...]: q = (1 - eps) onehot + eps / V,
+    so 1 - eps + eps / V at the target and eps / V everywhere else; -sum_v q_v log p_v is
+    `label_smoothed_loss`'s per-token loss. For pictures and tests: the losses never build it."""
+    keep, spread = smoothing_weights(epsilon)
+    onehot = F.one_hot(target.long(), vocab).to(dtype)
+    return keep * onehot + spread / vocab
+
+
 def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad: int) -> tuple[Tensor, Tensor]:
     """Sum over non-pad tokens of the label-smoothed loss and of the plain NLL.
 
-    Smoothing spreads `epsilon` uniformly over the vocabulary (as in the paper):
+    Smoothing spreads `epsilon` uniformly over the vocabulary (as in the paper; `smoothed_targets`):
     loss = (1 - eps) * nll + eps * mean_v(-log p_v).
     """
     vocab = logits.size(-1)
@@ -33,7 +48,8 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad: int
     # masks instead of boolean indexing: no [tokens, vocab] copies in forward or backward
     nll = F.nll_loss(lprobs, target, ignore_index=pad, reduction="sum")
     smooth = -(lprobs.sum(dim=-1) * (target != pad)).sum() / vocab
-    return (1.0 - epsilon) * nll + epsilon * smooth, nll
+    keep, spread = smoothing_weights(epsilon)
+    return keep * nll + spread * smooth, nll
 
 
 CHUNK_BYTES = 4 << 20  # CPU: fp32 logits per chunk, in cache between the GEMM and the passes over it
@@ -89,6 +105,7 @@ def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float, bias:
     writes z, max, subtract, exp, sum."""
     vocab = weight.size(0)
     step = chunk_rows(rows.device, vocab)
+    keep, spread = smoothing_weights(epsilon)
     mean_row = weight.float().mean(dim=0)  # [D]
     mean_bias = bias.mean() if bias is not None else 0.0  # a tensor: no wait for the GPU
     loss = rows.new_zeros((), dtype=torch.float32)
@@ -109,19 +126,19 @@ def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float, bias:
         lse = m + s.log()
         chunk_nll = lse - label_z
         nll += chunk_nll.sum()
-        loss += (1.0 - epsilon) * chunk_nll.sum() + epsilon * (lse - h32 @ mean_row - mean_bias).sum()
+        loss += keep * chunk_nll.sum() + spread * (lse - h32 @ mean_row - mean_bias).sum()
         if with_grad:
             inv_s = s.reciprocal()[:, None]
             e = e.to(h.dtype) if low is None else low.add(e, h32 * inv_s, grad_weight)
             e_w = fast_linear(e, weight.t(), None).float()  # e @ W
-            grad_rows[start:start + step] = e_w * inv_s - (1.0 - epsilon) * weight[label].float() - epsilon * mean_row
+            grad_rows[start:start + step] = e_w * inv_s - keep * weight[label].float() - spread * mean_row
             if low is None:  # MKL, not fast_linear: oneDNN is slower at this [V, n] x [n, D] shape
                 grad_weight.addmm_(e.t(), h32 * inv_s)
-            grad_weight.index_add_(0, label, h32, alpha=epsilon - 1.0)
+            grad_weight.index_add_(0, label, h32, alpha=-keep)
     if low is not None:
         low.flush_into(grad_weight)
     if with_grad:
-        grad_weight -= (epsilon / vocab) * rows.float().sum(dim=0)
+        grad_weight -= (spread / vocab) * rows.float().sum(dim=0)
     return loss, nll, grad_rows, grad_weight
 
 
