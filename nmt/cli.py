@@ -144,14 +144,15 @@ def translate(
     """
     from nmt.translate import TranslateOptions, translate_file
 
-    settings = _settings(overrides, **{"decode.beam": beam, "decode.nbest": nbest,
-                                       "decode.length_penalty": length_penalty, "decode.max_tokens": max_tokens,
-                                       "decode.prefix": f">>{target_lang}<<" if target_lang else None})
+    settings = _settings(overrides)
+    changes = {"beam": beam, "nbest": nbest, "length_penalty": length_penalty, "max_tokens": max_tokens,
+               "prefix": f">>{target_lang}<<" if target_lang else None}
     opts = TranslateOptions(
         checkpoint=checkpoint, device=device, dtype=dtype, threads=threads, quantize=quantize,
         scores=scores, attention_dir=attention, attention_layer=attention_layer, all_heads=all_heads,
         encoder_attention=encoder_attention, alignment=alignment, progress=progress,
         config_given=config is not None, decode_overrides=settings,
+        decode_changes={k: v for k, v in changes.items() if v is not None},
     )
     translate_file(_config(config, settings), opts, input, output)
 

@@ -16,7 +16,7 @@ import torch
 from nmt import checkpoint
 from nmt.batching import source_batches
 from nmt.checkpoint import Checkpoint
-from nmt.config import Config, DecodeConfig
+from nmt.config import Config, DecodeConfig, check_decode
 from nmt.device import pick_device
 from nmt.errors import NmtError
 from nmt.log import console
@@ -34,10 +34,11 @@ class ModelOptions:
     threads: int = 0
     quantize: str | None = None
     # Where the search settings come from (`Translator.load`): with --config, the loaded config's decode
-    # section; without, the checkpoint's own (the beam and length penalty it was tuned with) with the
-    # user's decode settings (--set and options, as section.key=value) on top.
+    # section; without, the checkpoint's own (the beam and length penalty it was tuned with) with the user's
+    # --set section.key=value strings on top. Then, either way, the dedicated options (--beam 5 -> {"beam": 5}).
     config_given: bool = True
     decode_overrides: list[str] = field(default_factory=list)
+    decode_changes: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -79,15 +80,16 @@ class Translator:
              **kwargs: Any) -> Translator:
         """The one way to open a checkpoint for translation. Search settings: `cfg.decode` when the user gave a
         config (`opts.config_given`), else those the checkpoint was trained with, with `opts.decode_overrides`
-        on top. `kwargs` (attention_layer) go to the constructor."""
+        on top; then `opts.decode_changes`. `kwargs` (attention_layer) go to the constructor."""
         opts = opts or ModelOptions(config_given=cfg is not None)
         ckpt = ckpt if isinstance(ckpt, Checkpoint) else checkpoint.load(ckpt)
         decode = cfg.decode if cfg is not None and opts.config_given else ckpt.decode_config(opts.decode_overrides)
+        try:
+            decode = dataclasses.replace(decode, **opts.decode_changes)
+        except TypeError:
+            raise NmtError(f"not search settings: {', '.join(sorted(opts.decode_changes))}") from None
+        check_decode(decode)
         return cls(ckpt, decode, device=opts.device, dtype=opts.dtype, quantize=opts.quantize, **kwargs)
-
-    @classmethod
-    def from_checkpoint(cls, path: str | Path, decode: DecodeConfig, **kwargs: Any) -> Translator:
-        return cls(checkpoint.load(path), decode, **kwargs)
 
     def _prefix_id(self, prefix: str | None) -> list[int]:
         """decode.prefix as the ids put before every source line: one vocabulary entry, never cut into pieces."""

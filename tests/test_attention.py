@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nmt.config import DecodeConfig
+from nmt.config import Config, DecodeConfig
 from nmt.demo import number_to_de, number_to_en
 from nmt.translator import Translator
 
 
 @pytest.fixture(scope="module")
 def translator(demo_run) -> Translator:
-    return Translator.from_checkpoint(demo_run / "averaged.pt", DecodeConfig(beam=4))
+    return Translator.load(demo_run / "averaged.pt", Config(decode=DecodeConfig(beam=4)))
 
 
 def find(pieces: list[str], word: str) -> int | None:

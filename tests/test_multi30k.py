@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nmt.config import DecodeConfig, load_config
+from nmt.config import Config, DecodeConfig, load_config
 from nmt.prepare import prepare
 from nmt.train import train
 from nmt.translator import Translator
@@ -44,7 +44,7 @@ def test_recipe_runs_in_every_direction_by_changing_languages_only(tmp_path, src
     assert (meta["src_lang"], meta["tgt_lang"]) == (src, tgt) and meta["splits"]["train"]["pairs"] >= 990
     summary = train(cfg, progress=False)
     assert summary["step"] == 4 and (tmp_path / "run" / "averaged.pt").is_file()
-    t = Translator.from_checkpoint(tmp_path / "run" / "averaged.pt", DecodeConfig(beam=2, max_len_b=5))
+    t = Translator.load(tmp_path / "run" / "averaged.pt", Config(decode=DecodeConfig(beam=2, max_len_b=5)))
     lines = (tmp_path / "raw" / f"test.{src}").read_text(encoding="utf-8").splitlines()[:5]
     assert len(list(t.stream(lines))) == 5
 

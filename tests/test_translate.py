@@ -13,17 +13,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nmt import checkpoint
-from nmt.config import DecodeConfig, load_config
+from nmt.config import Config, DecodeConfig, load_config
 from nmt.errors import CheckpointError, NmtError
 from nmt.kernels import CPULinear
 from nmt.score import corpus_bleu
 from nmt.translate import TranslateOptions, translate_file
-from nmt.translator import Translator
+from nmt.translator import ModelOptions, Translator
 
 
 @pytest.fixture(scope="module")
 def translator(demo_run) -> Translator:
-    return Translator.from_checkpoint(demo_run / "averaged.pt", DecodeConfig(chunk_lines=7))
+    return Translator.load(demo_run / "averaged.pt", Config(decode=DecodeConfig(chunk_lines=7)))
 
 
 def texts(t: Translator, lines: list[str]) -> list[str]:
@@ -94,7 +94,7 @@ def test_long_input_is_truncated_with_a_warning(translator, monkeypatch):
 
 def test_bf16_and_int8_paths_run(demo_run):
     for kwargs in ({"dtype": "bf16"}, {"quantize": "int8"}):
-        t = Translator.from_checkpoint(demo_run / "averaged.pt", DecodeConfig(beam=2), **kwargs)
+        t = Translator.load(demo_run / "averaged.pt", Config(decode=DecodeConfig(beam=2)), ModelOptions(**kwargs))
         out = texts(t, ["forty-two", "", "the red car"])
         assert len(out) == 3 and out[1] == "" and out[0]
         # bf16: packed oneDNN weights; int8 converts nn.Linear itself
@@ -113,11 +113,11 @@ def test_fp32_on_cpu_computes_linear_layers_with_fast_linear(translator):
 
 def test_bad_dtype_quantize_and_layer_are_clear_errors(demo_run):
     with pytest.raises(NmtError, match="fp16 needs a CUDA"):
-        Translator.from_checkpoint(demo_run / "best.pt", DecodeConfig(), dtype="fp16")
+        Translator.load(demo_run / "best.pt", Config(), ModelOptions(dtype="fp16"))
     with pytest.raises(NmtError, match="--quantize supports 'int8'"):
-        Translator.from_checkpoint(demo_run / "best.pt", DecodeConfig(), quantize="int4")
+        Translator.load(demo_run / "best.pt", Config(), ModelOptions(quantize="int4"))
     with pytest.raises(NmtError, match="out of range: the model has 2 decoder layers"):
-        Translator.from_checkpoint(demo_run / "best.pt", DecodeConfig(), attention_layer=3)
+        Translator.load(demo_run / "best.pt", Config(), attention_layer=3)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "empty", "random", "version"])
@@ -140,7 +140,7 @@ def test_damaged_checkpoints_give_one_line_errors(demo_run, tmp_path, damage):
 
         torch.save(raw, bad)
     with pytest.raises(CheckpointError, match=str(bad)) as err:
-        Translator.from_checkpoint(bad, DecodeConfig())
+        Translator.load(bad, Config())
     assert "\n" not in str(err.value)
 
 
@@ -223,7 +223,7 @@ def test_attention_pngs_and_alignments(demo_run, tmp_path):
     names = sorted(p.name for p in pics.iterdir())
     assert names == ["000001.encoder.png", "000001.heads.png", "000001.png",
                      "000003.encoder.png", "000003.heads.png", "000003.png"]
-    t = Translator.from_checkpoint(demo_run / "averaged.pt", DecodeConfig(beam=2))
+    t = Translator.load(demo_run / "averaged.pt", Config(decode=DecodeConfig(beam=2)))
     result = t.translate_chunk(["forty-two"], need_attention=True)[0]
     attn = result.hypotheses[0].attention
     assert attn.shape == (len(result.hypotheses[0].tokens) + 1, len(result.src_ids) + 1)
