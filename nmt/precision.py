@@ -176,3 +176,12 @@ def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractC
     if precision.autocast_dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=precision.autocast_dtype)
+
+
+def not_finite_reason(scaler: torch.amp.GradScaler) -> str:
+    """Why a non-finite update is skipped; with fp16 the scaler lowers its scale, as its own step would."""
+    if not scaler.is_enabled():
+        return "non-finite loss/gradient"
+    scale = scaler.get_scale()
+    scaler.update()  # the overflow unscale_ recorded halves the scale
+    return f"non-finite gradient in fp16 (loss scale {scale:g} -> {scaler.get_scale():g})"

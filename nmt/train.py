@@ -33,12 +33,12 @@ from nmt.loss import projected_label_smoothed_loss
 from nmt.model import Transformer
 from nmt.oom import SplitOnOOM
 from nmt.optim import adam, learning_rate
-from nmt.precision import autocast, choose, prepare
+from nmt.precision import autocast, choose, not_finite_reason, prepare
 from nmt.prefetch import Fetched, Prefetcher, epochs
 from nmt.rundir import RunDir
 from nmt.tokenizer import Tokenizer
 from nmt.trainstate import Counters, SkippedUpdate
-from nmt.validate import choose_bleu_tokenize, greedy_bleu, keep_bleu_tokenize, validation_loss
+from nmt.validate import bleu_sample, choose_bleu_tokenize, greedy_bleu, keep_bleu_tokenize, validation_loss
 
 
 def fine_tuning_start(cfg: Config, data: DataDir, tokenizer: Tokenizer) -> dict[str, Any]:
@@ -110,9 +110,7 @@ class Trainer:
                                          seed=t.seed, num_replicas=self.dist.world, rank=self.dist.rank)
         self.sampler.set_epoch(1)
         self.sampler_state = self.sampler.state_dict()  # after the last batch trained on (the reader runs ahead)
-        n = min(t.valid_bleu_sentences, len(self.valid_data)) if self.valid_data is not None else 0
-        self.bleu_sources = list(self.valid_data.select(range(n))["src_ids"]) if n > 0 else []
-        self.bleu_references = self.data.references("valid", n) if n > 0 else []
+        self.bleu_sources, self.bleu_references = bleu_sample(self.data, self.valid_data, t.valid_bleu_sentences)
 
     def _resume(self, force: bool) -> bool:
         """Continue from the newest intact checkpoint (True), or start: config.yaml, fresh metrics (False)."""
@@ -234,19 +232,11 @@ class Trainer:
         loss_sum, nll_sum, norm = torch.cat([self.dist.sum_(sums.double()), gnorm.double().reshape(1)]).tolist()
         if not (math.isfinite(norm) and math.isfinite(loss_sum)):
             self.optimizer.zero_grad(set_to_none=True)
-            raise SkippedUpdate(self._not_finite())
+            raise SkippedUpdate(not_finite_reason(self.scaler))
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         return {"loss": loss_sum / total, "nll": nll_sum / total, "lr": lr, "gnorm": norm, "tokens": total}
-
-    def _not_finite(self) -> str:
-        """Why a non-finite update is skipped; with fp16 the scaler lowers its scale, as its own step would."""
-        if not self.scaler.is_enabled():
-            return "non-finite loss/gradient"
-        scale = self.scaler.get_scale()
-        self.scaler.update()  # the overflow unscale_ recorded halves the scale
-        return f"non-finite gradient in fp16 (loss scale {scale:g} -> {self.scaler.get_scale():g})"
 
     def _backward(self, batch: Batch, last: bool, total: float) -> torch.Tensor:
         """Add one piece's gradient (its loss normalised by the update's `total` target tokens); returns its

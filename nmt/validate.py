@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
 from nmt.batching import TokenBatchSampler, batches_from_dataset, source_batches
 from nmt.config import TrainConfig
-from nmt.datadir import lengths
+from nmt.datadir import DataDir, lengths
 from nmt.loss import label_smoothed_loss
 from nmt.model import Transformer
 from nmt.score import bleu_tokenizer, corpus_bleu
@@ -52,6 +53,15 @@ def greedy_bleu(model: Transformer, sources: Sequence[Sequence[int]], references
         for i, hyp in zip(rows, tokenizer.decode_tgt([h[0].tokens for h in out])):
             hyps[i] = hyp
     return corpus_bleu(hyps, [references], tokenize)
+
+
+def bleu_sample(data: DataDir, valid: Any, n: int) -> tuple[list[list[int]], list[str]]:
+    """The first `n` validation sentences (fewer if the split is smaller; none without one) whose greedy BLEU is
+    measured at each validation: their source ids and reference texts."""
+    n = min(n, len(valid)) if valid is not None else 0
+    if n <= 0:
+        return [], []
+    return list(valid.select(range(n))["src_ids"]), data.references("valid", n)
 
 
 def choose_bleu_tokenize(train: TrainConfig, tgt_lang: str, info: Callable[[str], None]) -> None:

@@ -29,6 +29,7 @@ COMMANDS = {"prepare", "train", "translate", "info", "marian", "serve", "export"
 TORCH_ONLY = {"model": {"kernels", "cache"}, "cache": set(), "kernels": set(), "search": {"kernels"}}
 MAX_LINES = 400  # a longer module holds more than one concept
 MAX_LINES_IN = {"serve": 250}  # a package's files: one concern each
+MAX_CLASS_LINES = 250  # a longer class holds more than one concept: its parts have owners elsewhere
 # without the serve extra (FastAPI, uvicorn) everything imports but the HTTP side of serve
 NEEDS_NO_EXTRA = {"serve", "serve.batcher", "serve.worker"}
 
@@ -86,6 +87,15 @@ def test_no_file_is_too_long():
     for m, path in FILES.items():
         n, limit = len(path.read_text(encoding="utf-8").splitlines()), MAX_LINES_IN.get(top(m), MAX_LINES)
         assert n <= limit, f"{path.relative_to(NMT.parent)} has {n} lines, over {limit}: split it"
+
+
+def test_no_class_is_too_long():
+    long = []
+    for m, path in FILES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
+                long.append(f"{m}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert not long, f"classes over {MAX_CLASS_LINES} lines: {long}"
 
 
 def test_no_import_cycle():
