@@ -328,23 +328,33 @@ def word_alignment(matrix: Any, src_pieces: Sequence[str],
                    tgt_pieces: Sequence[str]) -> list[tuple[int, int]]:
     """Hard word alignment from a [T, S] piece attention matrix: Pharaoh pairs (src word i, tgt word j).
 
-    Piece attention is aggregated to words (sum over a source word's pieces, mean over a target word's
-    pieces); each target word aligns to its highest-scoring source word. Trailing rows/columns beyond
-    the pieces (the EOS the model adds) are ignored. Returns pairs sorted by (i, j), 0-based.
+    Each target word aligns to its highest-scoring source word (`word_scores`). Returns pairs sorted by
+    (i, j), 0-based.
     """
+    scores = word_scores(matrix, src_pieces, tgt_pieces)
+    if scores.size == 0:
+        return []
+    return sorted((int(i), j) for j, i in enumerate(scores.argmax(axis=1)))
+
+
+def word_scores(matrix: Any, src_pieces: Sequence[str], tgt_pieces: Sequence[str],
+                src_words: Sequence[tuple[int, int]] | None = None,
+                tgt_words: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
+    """Piece attention [T, S] aggregated to words: [target words, source words] (sum over a source word's pieces,
+    mean over a target word's pieces). Words are [start, end) piece spans, `word_spans` of the pieces unless given.
+    Trailing rows/columns beyond the pieces (the EOS the model adds) are ignored."""
     m = _as_array(matrix, 2, "attention matrix")
     n_tgt, n_src = len(tgt_pieces), len(src_pieces)
     if m.shape[0] < n_tgt or m.shape[1] < n_src:
         raise ValueError(f"attention matrix {tuple(m.shape)} is smaller than {n_tgt} target x {n_src} "
                          "source pieces")
-    if n_tgt == 0 or n_src == 0:
-        return []
+    src_words = word_spans(src_pieces) if src_words is None else src_words
+    tgt_words = word_spans(tgt_pieces) if tgt_words is None else tgt_words
+    if n_tgt == 0 or n_src == 0 or not src_words or not tgt_words:
+        return np.zeros((len(tgt_words) if n_tgt else 0, len(src_words) if n_src else 0))
     m = m[:n_tgt, :n_src]
-    src_words, tgt_words = word_spans(src_pieces), word_spans(tgt_pieces)
     by_src = np.stack([m[:, s:e].sum(axis=1) for s, e in src_words], axis=1)  # [T, S_words]
-    scores = np.stack([by_src[s:e].mean(axis=0) for s, e in tgt_words])  # [T_words, S_words]
-    best = scores.argmax(axis=1)
-    return sorted((int(i), j) for j, i in enumerate(best))
+    return np.stack([by_src[s:e].mean(axis=0) for s, e in tgt_words])  # [T_words, S_words]
 
 
 def format_pharaoh(pairs: Sequence[tuple[int, int]]) -> str:

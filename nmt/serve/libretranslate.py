@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from nmt.inline_align import aligned
 from nmt.serve.bodies import form_or_json
 from nmt.serve.detect import Candidates, Detector
 from nmt.serve.html import parse_html
@@ -110,14 +111,16 @@ async def translate(api: Api, request: Request) -> JSONResponse:
 
 async def _translate_html(api: Api, request: Request, service: Service, req: LibreRequest, texts: list[str]
                           ) -> dict[str, Any]:
-    """format=html: the sentences of each fragment's text nodes are translated (nmt.serve.html), the markup comes
-    back as sent; `alternatives` are empty, as LibreTranslate gives them for HTML."""
+    """format=html: the sentences of each fragment, across its inline tags, are translated with their attention and
+    the inline tags put on the aligned words (nmt.serve.html), the markup comes back as sent; `alternatives` are
+    empty, as LibreTranslate gives them for HTML."""
     docs = [parse_html(text) for text in texts]
     flat = [sentence for doc in docs for sentence in doc.texts]
     api.check_sentences(flat, libre=True)
-    search = api.search(service, None, None)
+    search = api.search(service, None, None)._replace(attention=True)
     results = iter(await api.translate(request, service, flat, search) if flat else [])
-    rendered = [doc.render([next(results).text[0] for _ in doc.texts]) for doc in docs]
+    tokenizer = service.model.translator.tokenizer  # type: ignore[union-attr]
+    rendered = [doc.render([aligned(tokenizer, next(results)) for _ in doc.texts]) for doc in docs]
     answer: dict[str, Any] = {"translatedText": rendered[0] if isinstance(req.q, str) else rendered}
     if req.alternatives:
         answer["alternatives"] = [] if isinstance(req.q, str) else [[] for _ in texts]

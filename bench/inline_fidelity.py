@@ -1,0 +1,152 @@
+"""Inline-tag fidelity: for sentences with one <b>…</b> span each, the share whose tag lands on exactly the target
+words that translate the tagged source words (nmt.inline, the way `nmt serve`'s format=html translates).
+
+Sentences: demo pairs the committed demo model never saw (nmt.demo's generator with another seed, every pair of
+the model's training split left out), each with one word, or an adjective and its noun, tagged whose translation
+the demo's own dictionary gives (nouns, adjectives, months, units): "I see the <b>red</b> car." must come back as
+"Ich sehe das <b>rote</b> Auto.". A case is judged when the model's translation holds the expected word(s) once;
+a mistranslated one counts as a failure in the overall figure and is left out of the judged one.
+
+    python bench/inline_fidelity.py                      # 200 sentences, every alignment method
+    python bench/inline_fidelity.py --n 500 --methods search
+
+Methods (where the word scores come from): `search`, the decoder's last layer as the search computed it (what
+`nmt serve` uses: no extra pass); `layer0`, the first layer (search with --attention-layer 0); `mean`, every
+layer and head averaged (a teacher-forced pass over the translation); `+next` variants read each target word from
+the step that takes it as input instead of the step that produced it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from nmt.batching import collate  # noqa: E402
+from nmt.demo import _ADJECTIVES, _MONTHS, _NOUNS, generate_pairs, generate_splits  # noqa: E402
+from nmt.inline import Paragraph, Run  # noqa: E402
+from nmt.inline_align import aligned  # noqa: E402
+from nmt.translator import Translator  # noqa: E402
+
+CHECKPOINT = ROOT / "tests" / "data" / "demo-model.pt"
+METHODS = ("search", "search+next", "layer0", "mean", "mean+next")
+UNITS = {"euros": "Euro", "kilometers": "Kilometer", "pages": "Seiten", "days": "Tage", "years": "Jahre",
+         "people": "Menschen", "o'clock": "Uhr"}
+
+
+@dataclass
+class Case:
+    source: str  # the sentence
+    start: int  # the tagged words, source[start:end]
+    end: int
+    expected: list[str]  # the target words (a prefix each: adjectives decline)
+
+
+def dictionary() -> dict[str, str]:
+    """English word -> German word or stem, from nmt.demo's generator: nouns, adjectives, months, units."""
+    words = {en: de for en, _, de, _, _ in _NOUNS} | {en: de for _, en, _, de, _ in _NOUNS}
+    words |= dict(_ADJECTIVES) | {en.lower(): de for en, de, _ in _MONTHS} | UNITS
+    return words
+
+
+def cases(n: int, seed: int = 7) -> list[Case]:
+    """`n` held-out sentences with one tagged word or adjective + noun (deterministic)."""
+    seen = {en for en, _ in generate_splits(2000, 100, 100, 3)["train"]}  # the demo model's training data...
+    seen |= {en for en, _ in generate_pairs(2200, 3)[200:]}  # ...as it was when the model was trained
+    words, rng, out = dictionary(), random.Random(seed), []
+    for en, _ in generate_pairs(20 * n, seed):
+        tokens = en.rstrip(".").split()
+        known = [i for i, w in enumerate(tokens) if w.lower() in words and tokens.count(w) == 1]
+        if en in seen or not known:
+            continue
+        i = rng.choice(known)
+        span = [i, i + 1] if i + 1 < len(tokens) and i + 1 in known and rng.random() < 0.3 else [i]
+        start = len(" ".join(tokens[:span[0]])) + (1 if span[0] else 0)
+        end = start + len(" ".join(tokens[span[0]:span[-1] + 1]))
+        out.append(Case(en, start, end, [words[tokens[k].lower()] for k in span]))
+        if len(out) == n:
+            break
+    return out
+
+
+def matrices(translator: Translator, results: list, method: str) -> list:
+    """Each result's piece attention for `method` (None: the search's own)."""
+    if method.startswith("search") or method == "layer0":
+        found = [r.hypotheses[0].attention if r.hypotheses else None for r in results]
+    else:
+        found = []
+        special = translator.special
+        for r in results:
+            batch = collate([r.src_ids], [r.hypotheses[0].tokens], pad=special.pad, bos=special.bos, eos=special.eos)
+            with torch.inference_mode():
+                grid = translator.model.decoder_attention(batch.src, batch.tgt_in)  # [L, 1, H, T, S]
+            found.append(grid[:, 0].float().mean(dim=(0, 1)))
+    if method.endswith("+next"):  # row i + 1: the step whose input is target token i
+        found = [None if m is None else torch.cat([m[1:], m[-1:]]) for m in found]
+    return found
+
+
+def judge(case: Case, pieces: list, text: str) -> tuple[bool | None, str]:
+    """(True/False, the tagged output) when the translation holds the expected words once; None otherwise."""
+    words = text.split()
+    hits = [[w for w in words if re.fullmatch(re.escape(e) + "(|e|en|er|es|em)", w.strip(".,!?"), re.I)]
+            for e in case.expected]
+    tagged = "".join(p.text if "b" not in p.path else f"<b>{p.text}</b>" for p in pieces).replace("</b><b>", "")
+    if any(len(h) != 1 for h in hits):
+        return None, tagged
+    bold = " ".join(p.text for p in pieces if "b" in p.path).split()
+    return [w.strip(".,!?") for w in bold] == [h[0].strip(".,!?") for h in hits], tagged
+
+
+def measure(translator: Translator, sample: list[Case], method: str) -> tuple[int, int, list[str]]:
+    """(right, judged, failures shown) of `method` on `sample`."""
+    paragraphs = [Paragraph([Run(c.source[:c.start]), Run(c.source[c.start:c.end], ("b",)), Run(c.source[c.end:])])
+                  for c in sample]
+    results = translator.translate_chunk([p.texts[0] for p in paragraphs], need_attention=True)
+    right, judged, failures = 0, 0, []
+    for case, p, r, m in zip(sample, paragraphs, results, matrices(translator, results, method)):
+        pieces = p.render([aligned(translator.tokenizer, r, m)])
+        ok, tagged = judge(case, pieces, r.text[0])
+        judged += ok is not None
+        right += bool(ok)
+        if not ok:
+            marked = f"{case.source[:case.start]}<b>{case.source[case.start:case.end]}</b>{case.source[case.end:]}"
+            failures.append(f"{'wrong' if ok is False else 'mistranslated'}: {marked}  ->  {tagged}")
+    return right, judged, failures
+
+
+def load(method: str, checkpoint: Path = CHECKPOINT) -> Translator:
+    """The checkpoint with its own search settings, attention from the layer `method` reads."""
+    return Translator.load(checkpoint, attention_layer=0 if method == "layer0" else -1)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=200)
+    p.add_argument("--checkpoint", type=Path, default=CHECKPOINT)
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    p.add_argument("--show", type=int, default=8, help="failures shown per method")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    sample = cases(args.n)
+    print(f"{args.checkpoint.name}: {len(sample)} held-out sentences, one tagged span each")
+    for method in args.methods:
+        right, judged, failures = measure(load(method, args.checkpoint), sample, method)
+        share = right / max(judged, 1)
+        print(f"{method:12s} tag on the aligned words: {right}/{judged} judged = {100 * share:.1f}% "
+              f"({right}/{len(sample)} = {100 * right / len(sample):.1f}% counting mistranslations as failures)")
+        for line in failures[:args.show]:
+            print("   ", line)
+        print(f"    goal >= 90% of the judged: {'PASS' if share >= 0.9 else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    main()
