@@ -8,12 +8,14 @@ the demo's own dictionary gives (nouns, adjectives, months, units): "I see the <
 a mistranslated one counts as a failure in the overall figure and is left out of the judged one.
 
     python bench/inline_fidelity.py                      # 200 sentences, every alignment method
-    python bench/inline_fidelity.py --n 500 --methods search
+    python bench/inline_fidelity.py --n 500 --methods search argmax
 
-Methods (where the word scores come from): `search`, the decoder's last layer as the search computed it (what
-`nmt serve` uses: no extra pass); `layer0`, the first layer (search with --attention-layer 0); `mean`, every
-layer and head averaged (a teacher-forced pass over the translation); `+next` variants read each target word from
-the step that takes it as input instead of the step that produced it.
+Methods: where the scores come from, then how the hard alignment is made (nmt.inline_align.links). Scores:
+the decoder's last layer as the search computed it (no extra pass); `layer0`, the first layer (search with
+--attention-layer 0); `mean`, every layer and head averaged (a teacher-forced pass over the translation); `next`,
+each target word read from the step that takes it as input instead of the step that produced it; `colnorm`, each
+source word's column divided by its sum; `punct`, a source word's punctuation pieces kept in its scores. `search`
+is what `nmt serve` and nmt.inline_align use: the last layer, punctuation pieces left out, grow-1:1.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,11 +36,28 @@ sys.path.insert(0, str(ROOT))
 from nmt.batching import collate  # noqa: E402
 from nmt.demo import _ADJECTIVES, _MONTHS, _NOUNS, generate_pairs, generate_splits  # noqa: E402
 from nmt.inline import Paragraph, Run  # noqa: E402
-from nmt.inline_align import aligned  # noqa: E402
+from nmt.inline_align import aligned, links  # noqa: E402
 from nmt.translator import Translator  # noqa: E402
 
 CHECKPOINT = ROOT / "tests" / "data" / "demo-model.pt"
-METHODS = ("search", "search+next", "layer0", "mean", "mean+next")
+# name: (scores: search / layer0 / mean, next step, links, punctuation kept, columns normalised)
+METHODS = {"argmax": ("search", False, "argmax", True, False),  # the first version
+           "argmax next": ("search", True, "argmax", True, False),
+           "argmax layer0": ("layer0", False, "argmax", True, False),
+           "argmax mean": ("mean", False, "argmax", True, False),
+           "argmax colnorm": ("search", False, "argmax", True, True),
+           "argmax -punct": ("search", False, "argmax", False, False),
+           "intersect punct": ("search", False, "intersect", True, False),
+           "grow-diag punct": ("search", False, "grow-diag", True, False),
+           "grow-1:1 punct": ("search", False, "grow-1:1", True, False),
+           "intersect": ("search", False, "intersect", False, False),
+           "grow-diag": ("search", False, "grow-diag", False, False),
+           "grow-diag-final-and": ("search", False, "grow-diag-final-and", False, False),
+           "search": ("search", False, "grow-1:1", False, False),  # grow-1:1 -punct: what nmt.inline_align does
+           "grow-1:1 colnorm": ("search", False, "grow-1:1", False, True),
+           "grow-1:1 next": ("search", True, "grow-1:1", False, False),
+           "grow-1:1 layer0": ("layer0", False, "grow-1:1", False, False),
+           "grow-1:1 mean": ("mean", False, "grow-1:1", False, False)}
 UNITS = {"euros": "Euro", "kilometers": "Kilometer", "pages": "Seiten", "days": "Tage", "years": "Jahre",
          "people": "Menschen", "o'clock": "Uhr"}
 
@@ -79,7 +99,8 @@ def cases(n: int, seed: int = 7) -> list[Case]:
 
 def matrices(translator: Translator, results: list, method: str) -> list:
     """Each result's piece attention for `method` (None: the search's own)."""
-    if method.startswith("search") or method == "layer0":
+    source, following = METHODS[method][:2]
+    if source != "mean":
         found = [r.hypotheses[0].attention if r.hypotheses else None for r in results]
     else:
         found = []
@@ -89,7 +110,7 @@ def matrices(translator: Translator, results: list, method: str) -> list:
             with torch.inference_mode():
                 grid = translator.model.decoder_attention(batch.src, batch.tgt_in)  # [L, 1, H, T, S]
             found.append(grid[:, 0].float().mean(dim=(0, 1)))
-    if method.endswith("+next"):  # row i + 1: the step whose input is target token i
+    if following:  # row i + 1: the step whose input is target token i
         found = [None if m is None else torch.cat([m[1:], m[-1:]]) for m in found]
     return found
 
@@ -106,14 +127,21 @@ def judge(case: Case, pieces: list, text: str) -> tuple[bool | None, str]:
     return [w.strip(".,!?") for w in bold] == [h[0].strip(".,!?") for h in hits], tagged
 
 
-def measure(translator: Translator, sample: list[Case], method: str) -> tuple[int, int, list[str]]:
-    """(right, judged, failures shown) of `method` on `sample`."""
+def measure(translator: Translator, sample: list[Case], method: str = "search",
+            results: list | None = None) -> tuple[int, int, list[str]]:
+    """(right, judged, failures shown) of `method` on `sample` (`results`: its translations with attention)."""
     paragraphs = [Paragraph([Run(c.source[:c.start]), Run(c.source[c.start:c.end], ("b",)), Run(c.source[c.end:])])
                   for c in sample]
-    results = translator.translate_chunk([p.texts[0] for p in paragraphs], need_attention=True)
+    if results is None:
+        results = translator.translate_chunk([p.texts[0] for p in paragraphs], need_attention=True)
+    _, _, how, punctuation, colnorm = METHODS[method]
     right, judged, failures = 0, 0, []
     for case, p, r, m in zip(sample, paragraphs, results, matrices(translator, results, method)):
-        pieces = p.render([aligned(translator.tokenizer, r, m)])
+        a = aligned(translator.tokenizer, r, m, how, punctuation)
+        if colnorm and a.scores is not None:
+            a.scores = a.scores / np.maximum(a.scores.sum(axis=0, keepdims=True), 1e-9)
+            a.links = links(a.scores, how)
+        pieces = p.render([a])
         ok, tagged = judge(case, pieces, r.text[0])
         judged += ok is not None
         right += bool(ok)
@@ -125,23 +153,29 @@ def measure(translator: Translator, sample: list[Case], method: str) -> tuple[in
 
 def load(method: str, checkpoint: Path = CHECKPOINT) -> Translator:
     """The checkpoint with its own search settings, attention from the layer `method` reads."""
-    return Translator.load(checkpoint, attention_layer=0 if method == "layer0" else -1)
+    return Translator.load(checkpoint, attention_layer=0 if METHODS[method][0] == "layer0" else -1)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--checkpoint", type=Path, default=CHECKPOINT)
-    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     p.add_argument("--show", type=int, default=8, help="failures shown per method")
     args = p.parse_args()
     torch.set_num_threads(1)
     sample = cases(args.n)
     print(f"{args.checkpoint.name}: {len(sample)} held-out sentences, one tagged span each")
+    searched: dict[bool, tuple[Translator, list]] = {}  # one search per attention layer read, for every method
     for method in args.methods:
-        right, judged, failures = measure(load(method, args.checkpoint), sample, method)
+        layer0 = METHODS[method][0] == "layer0"
+        if layer0 not in searched:
+            translator = load(method, args.checkpoint)
+            searched[layer0] = translator, translator.translate_chunk([c.source for c in sample], need_attention=True)
+        translator, results = searched[layer0]
+        right, judged, failures = measure(translator, sample, method, results)
         share = right / max(judged, 1)
-        print(f"{method:12s} tag on the aligned words: {right}/{judged} judged = {100 * share:.1f}% "
+        print(f"{method:20s} tag on the aligned words: {right}/{judged} judged = {100 * share:.1f}% "
               f"({right}/{len(sample)} = {100 * right / len(sample):.1f}% counting mistranslations as failures)")
         for line in failures[:args.show]:
             print("   ", line)

@@ -7,15 +7,16 @@ a docx run's properties; equal handles in consecutive runs are the same containe
 consecutive runs), or an `atom`: something kept as it is and never sent to the model (code, a mention, an image).
 
     runs -> sentences (split over the joined text; a run cut at a sentence boundary) -> each sentence's text,
-    translated once -> `Aligned` (the translation and word scores [target words, source words], nmt.inline_align)
-    -> `Paragraph.render` -> output `Piece`s in target order, each with its path; the caller writes the markup.
+    translated once -> `Aligned` (the translation, word scores and links [target words, source words], from
+    nmt.inline_align) -> `Paragraph.render` -> output `Piece`s in target order; the caller writes the markup.
 
 Words are whitespace-separated tokens on both sides; a source word belongs to the run holding most of its
 characters. Placement, top-down over the tree of containers of a sentence:
-- A container takes the largest contiguous block of the target words aligned to its source words (each target
-  word aligns to its best source word). Non-contiguous aligned words: the largest block, not the covering range
-  (a covering range swallows every word between, e.g. a whole verb bracket; splitting would duplicate the tag,
-  two links for one). Ties: the first block. Children are placed within their parent's block.
+- A container takes the largest contiguous block of the target words aligned to its source words (Aligned.links,
+  nmt.inline_align's symmetrized alignment: a target word may align to none; without links, each target word to
+  its best-scoring source word). Non-contiguous aligned words: the largest block, not the covering range (a
+  covering range swallows every word between, e.g. a whole verb bracket; splitting would duplicate the tag, two
+  links for one). Ties: the first block. Children are placed within their parent's block.
 - A container continued from (into) the neighbouring sentence reaches the start (end) of its sentence, so that
   it stays one element across the sentences.
 - A container with source words but no aligned target word left takes the free target word that attends most to
@@ -62,10 +63,12 @@ class Piece:
 
 @dataclass
 class Aligned:
-    """A sentence's translation and its word scores [target words, source words] (None: monotone)."""
+    """A translation, its word scores [target words, source words] (None: monotone), its hard alignment `links`
+    (bool, same shape; None: each target word to its best-scoring source word)."""
 
     text: str
     scores: np.ndarray | None = None
+    links: np.ndarray | None = None
 
     @classmethod
     def from_pairs(cls, text: str, n_source: int, pairs: Sequence[tuple[int, int]]) -> Aligned:
@@ -73,7 +76,7 @@ class Aligned:
         scores = np.zeros((len(text.split()), n_source))
         for i, j in pairs:
             scores[j, i] = 1.0
-        return cls(text, scores)
+        return cls(text, scores, scores > 0)
 
 
 @dataclass
@@ -238,7 +241,8 @@ class _Placement:
         self.seps = [""] + [t.text[spans[j - 1][1]:spans[j][0]] for j in range(1, len(spans))]
         m, n = len(self.words), s.words
         self.scores = scores = t.scores if t.scores is not None and t.scores.shape == (m, n) else _monotone(m, n)
-        self.align = [int(i) for i in scores.argmax(axis=1)] if n else [-1] * m
+        links = t.links if t.links is not None and t.links.shape == (m, n) and t.scores is scores else None
+        self.links = links if links is not None else np.eye(n, dtype=bool)[scores.argmax(axis=1)] if n else scores > 0
         self.span: dict[_Node, tuple[int, int]] = {s.root: (0, m)}
         self.anchors: dict[_Node, dict[int, list[tuple[str, object]]]] = {}
         self._place(s.root)
@@ -257,11 +261,11 @@ class _Placement:
         self._anchor(node)
 
     def _aligned(self, node: _Node, lo: int, hi: int, taken: np.ndarray) -> list[int]:
-        return [j for j in range(lo, hi) if not taken[j - lo] and self.align[j] in node.words]
+        return [j for j in range(lo, hi) if not taken[j - lo] and self.links[j, sorted(node.words)].any()]
 
     def _block(self, node: _Node, lo: int, hi: int, taken: np.ndarray) -> tuple[int, int] | None:
-        """The largest run of consecutive free target words aligned to the node's words, reaching the sentence's
-        edge on a side where the node continues."""
+        """The largest run of consecutive free target words aligned to the node's words (to the sentence's edge on
+        a side where the node continues)."""
         blocks: list[list[int]] = []
         for j in self._aligned(node, lo, hi, taken):
             if blocks and blocks[-1][-1] == j - 1:
@@ -288,8 +292,7 @@ class _Placement:
         return (j, j + 1) if self.scores[j, columns].sum() > 0 else None  # no evidence at all: keep it as written
 
     def _anchor(self, node: _Node) -> None:
-        """The gap of each atom and unplaced container of `node`: after the unit before it, else before the unit
-        after it, never inside a placed child."""
+        """Where each atom and unplaced container goes: after the unit before it, else before the next, in no child."""
         lo, hi = self.span[node]
         units = node.units
         gaps: dict[int, list[tuple[str, object]]] = {}
@@ -306,15 +309,14 @@ class _Placement:
         self.anchors[node] = gaps
 
     def _edge(self, node: _Node, unit: tuple[str, object], end: bool) -> int | None:
-        """Where a unit's target words end (start): a placed child's interval, or the largest block of the node's
-        own target words aligned to a word."""
+        """Where a unit's target words end (start): a placed child's span, or the largest block aligned to a word."""
         if unit[0] == "node":
             span = self.span.get(unit[1])  # type: ignore[arg-type]
             return None if span is None else span[1] if end else span[0]
         if unit[0] != "word":
             return None
         lo, hi = self.span[node]
-        inside = [j for j in range(lo, hi) if self.align[j] == unit[1] and not self._in_child(node, j)]
+        inside = [j for j in range(lo, hi) if self.links[j, unit[1]] and not self._in_child(node, j)]
         if not inside:
             return None
         runs = np.split(np.array(inside), np.where(np.diff(inside) != 1)[0] + 1)
@@ -361,8 +363,7 @@ class _Placement:
 
 
 def _monotone(m: int, n: int) -> np.ndarray:
-    """Scores for a translation without attention: highest on source word j * n / m, falling off with distance
-    (so that a container left without words still takes the nearest one)."""
+    """Scores without attention: highest on source word j * n / m, falling with distance (nearest words first)."""
     if not m or not n:
         return np.zeros((m, n))
     centres = (np.arange(m) + 0.5) * n / m - 0.5
@@ -370,8 +371,7 @@ def _monotone(m: int, n: int) -> np.ndarray:
 
 
 def _peel(pieces: list[Piece], nodes: dict[Path, _Node]) -> list[Piece]:
-    """Punctuation glued to a word at a container's edge goes outside the container when the container's source
-    text had none there."""
+    """Punctuation glued to a word at a container's edge goes outside it when the container's source had none."""
     out: list[Piece] = []
     for k, p in enumerate(pieces):
         core = p.text.strip("".join(c for c in p.text if not c.isalnum()))  # the word without glued punctuation

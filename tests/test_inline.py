@@ -111,6 +111,77 @@ def test_punctuation_glued_to_a_word_stays_outside_a_span_that_had_none():
     assert tagged(Paragraph(runs).render(["zweiundvierzig & sieben!"])) == "zweiundvierzig & <b>sieben</b>!"
 
 
+# ---- symmetrized alignment (nmt.inline_align.links) on hand-built word scores
+
+# "bought for euros." -> "für Euro gekauft.": the trailing "gekauft." attends most to "euros." (its "." and the
+# sentence end), "bought"'s best target word is "gekauft"
+BOUGHT = np.array([[0.1, 0.8, 0.1],   # für
+                   [0.1, 0.1, 0.8],   # Euro
+                   [0.3, 0.0, 0.7]])  # gekauft.
+
+
+def pairs(links: np.ndarray) -> set[tuple[int, int]]:
+    """(target word, source word) pairs."""
+    return {(int(j), int(i)) for j, i in zip(*np.nonzero(links))}
+
+
+def test_symmetrization_keeps_the_pairs_both_directions_agree_on():
+    from nmt.inline_align import links
+
+    assert pairs(links(BOUGHT, "argmax")) == {(0, 1), (1, 2), (2, 2)}
+    assert pairs(links(BOUGHT, "intersect")) == {(0, 1), (1, 2)}  # "euros" has one best word: "Euro"
+    # grow-1:1 adds "gekauft"-"euros" only if "euros" were free; grow-diag takes it beside "Euro-euros"
+    assert pairs(links(BOUGHT, "grow-1:1")) == {(0, 1), (1, 2)}
+    assert pairs(links(BOUGHT, "grow-diag")) == {(0, 1), (1, 2), (2, 2)}
+    # final-and: a union pair whose two words are both still unaligned, adjacent or not
+    assert pairs(links(BOUGHT, "grow-diag-final-and")) == {(0, 1), (1, 2), (2, 2)}
+    with pytest.raises(ValueError, match="unknown alignment"):
+        links(BOUGHT, "union")
+
+
+def test_grow_takes_a_diagonal_neighbour_whose_two_words_are_unaligned():
+    from nmt.inline_align import links
+
+    red_car = np.array([[0.6, 0.4],     # rote: argmax "red"
+                        [0.55, 0.45]])  # Auto: argmax "red" too, but it is "car"'s best word
+    assert pairs(links(red_car, "argmax")) == {(0, 0), (1, 0)}
+    assert pairs(links(red_car, "intersect")) == {(0, 0)}
+    assert pairs(links(red_car, "grow-1:1")) == {(0, 0), (1, 1)}  # (1, 0) is skipped: "red" is aligned
+    assert pairs(links(red_car, "grow-diag")) == {(0, 0), (1, 0), (1, 1)}
+    assert not links(np.zeros((0, 3)), "grow-1:1").size
+
+
+def test_a_trailing_word_no_longer_joins_the_span_of_the_last_source_word():
+    from nmt.inline_align import links
+
+    runs = [Run("bought for "), Run("euros", ("b",)), Run(".")]
+    text = "für Euro gekauft."
+    assert tagged(Paragraph(runs).render([Aligned(text, BOUGHT)])) == "für <b>Euro gekauft</b>."  # argmax
+    grown = Aligned(text, BOUGHT, links(BOUGHT, "grow-1:1"))
+    assert tagged(Paragraph(runs).render([grown])) == "für <b>Euro</b> gekauft."
+    # a span whose words the symmetrized alignment leaves unaligned still takes the free word attending most
+    runs = [Run("bought", ("b",)), Run(" for euros.")]
+    assert tagged(Paragraph(runs).render([grown])) == "für Euro <b>gekauft</b>."
+
+
+def test_a_source_words_punctuation_pieces_are_left_out_of_its_scores():
+    from types import SimpleNamespace
+
+    from nmt.inline_align import aligned
+
+    pieces = {"src": ["▁bought", "▁euros", "."], "tgt": ["▁Euro", "▁gekauft", "."]}
+    tokenizer = SimpleNamespace(src_id_pieces=lambda ids: pieces["src"], tgt_pieces=lambda ids: pieces["tgt"],
+                                encode_src=lambda lines: [[1, 2, 3]])
+    attention = np.array([[0.1, 0.8, 0.05, 0.05],   # Euro (columns: the source pieces, then EOS)
+                          [0.4, 0.1, 0.45, 0.05],   # gekauft
+                          [0.1, 0.1, 0.7, 0.1],     # .
+                          [0.0, 0.0, 0.0, 1.0]])    # EOS
+    hyp = SimpleNamespace(tokens=[4, 5, 6], attention=attention)
+    result = SimpleNamespace(source="bought euros.", src_ids=[1, 2, 3], hypotheses=[hyp], text=["Euro gekauft."])
+    assert pairs(aligned(tokenizer, result, punctuation=True, method="argmax").links) == {(0, 1), (1, 1)}
+    assert pairs(aligned(tokenizer, result).links) == {(0, 1), (1, 0)}  # "gekauft." - "bought"
+
+
 # ---- HTML
 
 
@@ -165,4 +236,4 @@ def test_fidelity_on_held_out_sentences_has_a_floor(translator):
     spec.loader.exec_module(bench)  # type: ignore[union-attr]
     right, judged, _ = bench.measure(translator, bench.cases(40), "search")
     print(f"inline fidelity: {right}/{judged}")
-    assert judged >= 25 and right / judged >= 0.6, (right, judged)
+    assert judged >= 25 and right / judged >= 0.8, (right, judged)  # 31/34 with grow-1:1 (argmax: 0.6)
