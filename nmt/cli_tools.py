@@ -163,3 +163,38 @@ def export(
         options["push"] = push
     run_export(checkpoint, to, output, force=force, **options)
 
+
+@app.command()
+@user_errors
+def explain(
+    sentence: Annotated[str, typer.Argument(metavar="SENTENCE", help="The sentence to translate and explain.")],
+    checkpoint: Annotated[Path, typer.Option(
+        help="The checkpoint, or a run dir (its averaged.pt, else best.pt, else last.pt).")],
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="The HTML page to write (default: explain.html beside the checkpoint).")] = None,
+    beam: Annotated[int | None, typer.Option(help="Beam size (default: the checkpoint's decode.beam).")] = None,
+    length_penalty: Annotated[float | None, typer.Option(
+        help="Length penalty alpha (default: the checkpoint's decode.length_penalty).")] = None,
+    top_k: Annotated[int, typer.Option(help="Pieces listed per step of the output softmax.")] = 5,
+    query: Annotated[int, typer.Option(help="The position whose attention is worked out by hand.")] = 0,
+) -> None:
+    """Walk one sentence through the model; write one self-contained HTML page that shows it.
+
+    The page follows "Attention Is All You Need" with the model's real numbers and shapes:
+    - the SentencePiece pieces and ids;
+    - embeddings x sqrt(d_model) + positional encoding, as a picture and as sin/cos curves (§3.4-3.5);
+    - each encoder layer: Q, K, V; equation 1 worked out for one query (scores, softmax, weighted sum);
+      every head's self-attention (§3.2); residual + LayerNorm (§3.1); the feed-forward network (§3.3);
+    - the decoder: the causal mask, masked self-attention and cross-attention, per head;
+    - the output softmax at each step: the top-k pieces and their probabilities (§3.4);
+    - beam search: each step's candidates (kept, finished, pruned), and how the length penalty picks the
+      translation (§6.1).
+
+    The translation is the one `nmt translate` gives with the checkpoint's search settings. The page fetches
+    nothing from elsewhere. Prints the translation, the page's path and the key shapes.
+    """
+    from nmt.explain import run, summary
+
+    data, page = run(checkpoint, sentence, output=output, beam=beam, length_penalty=length_penalty, top_k=top_k,
+                     query=query)
+    typer.echo(summary(data, page))

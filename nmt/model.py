@@ -8,12 +8,10 @@ decoder, and the decoder run one position at a time for search (`init_cache` / `
 state held by `DecoderCache` in nmt/cache.py). docs/paper.md maps each section and equation to its code and test.
 
 Plain PyTorch modules. Where PyTorch's fused attention computes equation 1 faster, `MultiHeadAttention` calls it
-instead of the written-out form (the same numbers: tests/test_model.py compares them); nmt.precision swaps in
-faster CPU kernels (nmt/kernels.py) from outside.
+(the same numbers: tests/test_model.py); nmt.precision swaps in faster CPU kernels (nmt/kernels.py) from outside.
 
-Shapes: B batch rows, S source length, T target length, D d_model, H heads, Dh = D / H,
-L decoder layers, V vocabulary. Attention masks are boolean with True = "may be attended to" (or
-additive); the padding masks this module returns are True = padding.
+Shapes: B batch rows, S source length, T target length, D d_model, H heads, Dh = D / H, L decoder layers, V
+vocabulary. Attention masks: boolean, True = "may be attended to" (or additive); padding masks: True = padding.
 """
 
 from __future__ import annotations
@@ -29,9 +27,8 @@ from torch import Tensor, nn
 from nmt import kernels
 from nmt.cache import DecoderCache, LayerCache
 
+
 # ---- §3.1 Encoder and decoder stacks -------------------------------------------------------------
-
-
 class ResidualNorm(nn.LayerNorm):
     """The residual connection and layer normalisation around one sub-layer (§3.1), with dropout on the
     sub-layer's output (§5.4):
@@ -102,8 +99,6 @@ class DecoderLayer(nn.Module):
 
 
 # ---- §3.2 Attention ------------------------------------------------------------------------------
-
-
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False,
                                  dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (§3.2.1, equation 1), as the paper writes it.
@@ -189,8 +184,6 @@ class MultiHeadAttention(nn.Module):
 
 
 # ---- §3.3 Position-wise feed-forward networks ----------------------------------------------------
-
-
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
 
 
@@ -212,8 +205,6 @@ class FeedForward(nn.Module):
 
 
 # ---- §3.4 Embeddings and softmax -----------------------------------------------------------------
-
-
 class TiedLinear(nn.Linear):
     """The output projection logits = x E^T (+ b) with the target embedding matrix E [V, D] (§3.4: the
     embeddings and the pre-softmax linear transformation share their weights). The optional bias is a
@@ -228,8 +219,6 @@ class TiedLinear(nn.Linear):
 
 
 # ---- §3.5 Positional encoding --------------------------------------------------------------------
-
-
 def sinusoidal_positions(max_positions: int, d_model: int, layout: str = "interleaved") -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
     layout "halves" (Marian) puts the same sines in the first half of the vector and the cosines in the
@@ -246,8 +235,6 @@ def sinusoidal_positions(max_positions: int, d_model: int, layout: str = "interl
 
 
 # ---- The model: §3.1's stacks assembled ----------------------------------------------------------
-
-
 def xavier_(linear: nn.Linear, blocks: int = 1) -> None:
     """Xavier-uniform weights, zero bias. A fused projection (Q|K|V) is initialised block by block
     so each block gets the same scale as a separate d_model x d_model layer."""

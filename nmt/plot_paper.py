@@ -51,7 +51,7 @@ def load_source(config: Path | None, overrides: Sequence[str], checkpoint: Path 
                 run_dir: Path | None = None) -> Source:
     """--checkpoint (a file or run dir: its saved config) or --config, then --set; with neither, RUN_DIR's
     checkpoint, else its config.yaml, else the defaults."""
-    from nmt.rundir import RunDir
+    from nmt.rundir import RunDir, checkpoint_file
 
     if config is not None and checkpoint is not None:
         raise NmtError("give --config or --checkpoint, not both (--set changes a checkpoint's settings)")
@@ -67,7 +67,7 @@ def load_source(config: Path | None, overrides: Sequence[str], checkpoint: Path 
         return Source(load_config(config, list(overrides)), str(config) if config else "default config")
     from nmt import checkpoint as ckpt
 
-    path = RunDir(checkpoint).for_translation() if checkpoint.is_dir() else checkpoint
+    path = checkpoint_file(checkpoint)
     state = ckpt.load(path, mmap=True)  # mapped: the weights are never needed
     cfg = state.config
     if overrides:

@@ -222,6 +222,12 @@ class RunDir:
         return read_metrics(self.metrics_file)
 
 
+def checkpoint_file(path: Path) -> Path:
+    """A checkpoint file as given, or a run dir's checkpoint for translation (averaged.pt, else best.pt, else
+    last.pt): what every command that takes "a checkpoint or a run dir" reads."""
+    return RunDir(path).for_translation() if path.is_dir() else path
+
+
 def checkpoint_to_translate(explicit: Path | None, run_dir: str | Path, config_given: bool) -> Path:
     """--checkpoint, else the config's run dir, else the newest run under runs/ (the caller prints it)."""
     if explicit is not None:

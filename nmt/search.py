@@ -15,6 +15,7 @@ every decoder position exists. At that length EOS is forced.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -149,6 +150,36 @@ def best_continuations(logprobs: Tensor, scores: Tensor, beams: int, k: int) -> 
     return Candidates(best, index.div(k, rounding_mode="floor"), row_tokens.view(N, beams * k).gather(1, index))
 
 
+@dataclass
+class BeamStep:
+    """What one step of beam search decided, for a `trace` callback (nmt/explain.py draws it). Row n is the
+    n-th sentence still searching (`sentences[n]` its index in the batch); each has 2K candidates, best first."""
+
+    step: int  # the output position decided (0 = the first token)
+    sentences: list[int]
+    parents: list[list[int]]  # the beam each candidate continues (its row in the sentence's group)
+    tokens: list[list[int]]  # the token it appends
+    scores: list[list[float]]  # its cumulative log-probability
+    # finished: an EOS among the best K (a finished hypothesis); kept: one of the best K others, a beam of the
+    # next step (in that order); stopped: would be kept, but the sentence's search ends here; pruned: the rest
+    status: list[list[str]]
+    done: list[bool]  # the sentence's search ends at this step
+
+
+def _beam_step(t: int, sentence: Tensor, top: Candidates, ending: Tensor, continuing: Tensor,
+               done: Tensor) -> BeamStep:
+    """The BeamStep of this step (only built when search is traced)."""
+    done_l = done.tolist()
+    status = [["pruned"] * top.tokens.size(1) for _ in done_l]
+    for row, rank in ending.nonzero().tolist():
+        status[row][rank] = "finished"
+    for row, ranks in enumerate(continuing.tolist()):
+        for rank in ranks:
+            status[row][rank] = "stopped" if done_l[row] else "kept"
+    return BeamStep(t, sentence.tolist(), top.parents.tolist(), top.tokens.tolist(), top.scores.tolist(), status,
+                    done_l)
+
+
 class Finished:
     """Each sentence's finished hypotheses: its best `beam` (best first) and, once it has that many, the
     score a new one has to beat (`worst` [B], -inf before)."""
@@ -177,7 +208,8 @@ class Finished:
 @torch.no_grad()
 def beam_search(model, src: Tensor, *, bos: int, eos: int, pad: int, beam: int = 4, length_penalty: float = 0.6,
                 max_len_a: float = 1.0, max_len_b: int = 50, nbest: int = 1, need_attention: bool = False,
-                attention_layer: int = -1, length_penalty_type: str = "gnmt") -> list[list[Hypothesis]]:
+                attention_layer: int = -1, length_penalty_type: str = "gnmt",
+                trace: Callable[[BeamStep], None] | None = None) -> list[list[Hypothesis]]:
     """Batched beam search; per sentence the `nbest` best finished hypotheses, best first.
 
     Each step scores beam x V continuations per sentence by cumulative log-probability and keeps the
@@ -188,6 +220,7 @@ def beam_search(model, src: Tensor, *, bos: int, eos: int, pad: int, beam: int =
     confident model lets junk beams that end early crowd out the real translation), or when it reaches
     its length limit, where EOS is forced on every beam. With beam=1 this is exactly greedy search.
     The cache learns each step's outcome from one `cache.reorder(sentences kept, parent beams)`.
+    `trace`, when given, receives each step's candidates and what became of them (a BeamStep).
     """
     if beam < 1 or not 1 <= nbest <= beam:
         raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
@@ -234,6 +267,8 @@ def beam_search(model, src: Tensor, *, bos: int, eos: int, pad: int, beam: int =
             t + 1, length_penalty, length_penalty_type)
         worst = finished.worst[sentence]
         done = at_limit | (worst.isfinite() & worst.ge(best_active))
+        if trace is not None:
+            trace(_beam_step(t, sentence, top, ending, continuing, done))
         if bool(done.all()):
             break
         keep = (~done).nonzero().squeeze(1)

@@ -65,7 +65,7 @@ class Translator:
         self.tokenizer = ckpt.tokenizer()
         self.special = self.tokenizer.special_ids
         self.model = prepare(ckpt.build_model(self.tokenizer), self.device, self.precision, training=False)
-        self._prefix_id(decode.prefix)  # a bad prefix is an error now, not at the first line
+        self.prefix_ids(decode.prefix)  # a bad prefix is an error now, not at the first line
         layers = model_config.decoder_layers
         if not -layers <= attention_layer < layers:
             raise NmtError(f"--attention-layer {attention_layer} out of range: the model has {layers} decoder layers")
@@ -91,7 +91,7 @@ class Translator:
         check_decode(decode)
         return cls(ckpt, decode, device=opts.device, dtype=opts.dtype, quantize=opts.quantize, **kwargs)
 
-    def _prefix_id(self, prefix: str | None) -> list[int]:
+    def prefix_ids(self, prefix: str | None) -> list[int]:
         """decode.prefix as the ids put before every source line: one vocabulary entry, never cut into pieces."""
         if not prefix:
             return []
@@ -126,7 +126,7 @@ class Translator:
         """Translate a list of lines; results come back in input order. `search`: DecodeConfig fields that
         differ for this call (beam=4, nbest=4, ...)."""
         decode = self.settings(**search)
-        prefix, max_src = self._prefix_id(decode.prefix), self.max_src(**search)
+        prefix, max_src = self.prefix_ids(decode.prefix), self.max_src(**search)
         sources = list(lines)
         ids = [prefix + seq for seq in self.tokenizer.encode_src(sources)]  # cleaned like the training data
         results = [Translation(s, seq[:max_src], [], [""], len(seq) if len(seq) > max_src else 0)

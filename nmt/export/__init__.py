@@ -23,7 +23,7 @@ from nmt.errors import NmtError
 from nmt.io import TMP_SUFFIX, fsync_dir
 from nmt.log import console
 from nmt.modelspec import describe
-from nmt.rundir import RunDir
+from nmt.rundir import checkpoint_file
 
 TARGETS = ("ct2", "argos", "hf")
 
@@ -32,7 +32,7 @@ def export(source: Path, to: str, output: Path, *, force: bool = False, **option
     """The `nmt export` command: the model at `source` (checkpoint or run dir) written for `to` at `output`."""
     if to not in TARGETS:
         raise NmtError(f"--to {to}: unknown target (choose one of {', '.join(TARGETS)})")
-    path = RunDir(source).for_translation() if source.is_dir() else source
+    path = checkpoint_file(source)
     if not path.is_file():
         raise NmtError(f"{path}: no such checkpoint (pass a checkpoint file or a run dir)")
     if output.exists() and not force:

@@ -9,6 +9,7 @@ import contextlib
 from typing import Any
 
 from nmt.serve import libre_settings, libretranslate
+from nmt.serve.explain_api import add_explain
 from nmt.serve.guards import add_guards
 from nmt.serve.http_errors import add_error_handlers
 from nmt.serve.models import Models
@@ -38,6 +39,7 @@ def create_app(services: Service | list[Service], limits: ServeConfig, api_key: 
     app.post("/v1/translate", summary="Translate sentences with per-request beam / n-best / scores",
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": NativeRequest.model_json_schema()}}}})(api.native)
+    add_explain(app, api)
     libretranslate.add_routes(app, api)
     libre_settings.add_routes(app, api)
     add_page(app)

@@ -84,7 +84,7 @@ class EarlyBusy:
     requests a second from clients that ignore Retry-After, and the model thread shares the CPU and the GIL with
     it. The body is read and dropped, so the connection stays usable."""
 
-    PATHS = ("/translate", "/v1/translate")
+    PATHS = ("/translate", "/v1/translate", "/v1/explain")
 
     def __init__(self, app: Any, refusal: Callable[[int], ApiError | None]):
         self.app, self.refusal = app, refusal

@@ -169,7 +169,7 @@ class Api:
             raise ApiError(500, f"Cannot translate text: {first_line(e)}") from None  # LibreTranslate's words
         finally:
             self.requests -= 1
-        if long := [(i, r) for i, r in enumerate(results, 1) if r.truncated_from]:
+        if long := [(i, r) for i, r in enumerate(results, 1) if getattr(r, "truncated_from", 0)]:  # explain: dicts
             named = ", ".join(f"{i} ({r.truncated_from} tokens)" for i, r in long[:5])
             log.warning("request from %s:%d: sentence %s%s truncated to %d tokens", *client, named,
                         f" and {len(long) - 5} more" if len(long) > 5 else "", len(long[0][1].src_ids))

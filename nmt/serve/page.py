@@ -1,13 +1,16 @@
 """The web page of `nmt serve` at `/`: a text box, source (with "detect") and target languages from
-GET /languages, translate-as-you-type over POST /translate, alternatives, copy, and the cross-attention heatmap of
-a translated line from POST /v1/translate. Plain HTML, CSS and JavaScript in the package (nmt/serve/static): no
-build step, nothing fetched from elsewhere at run time; the page's Content-Security-Policy allows only this
-server."""
+GET /languages, translate-as-you-type over POST /translate, alternatives, copy, the cross-attention heatmap of
+a translated line from POST /v1/translate, and that line inside the model from POST /v1/explain, drawn by the
+renderer of `nmt explain` (nmt/explain_static, served as static/explain.js and static/explain.css). Plain HTML,
+CSS and JavaScript in the package (nmt/serve/static): no build step, nothing fetched from elsewhere at run time;
+the page's Content-Security-Policy allows only this server."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+from nmt.explain_page import RENDERER, STYLE
 from nmt.serve.web import FastAPI
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -31,4 +34,17 @@ def add_page(app: FastAPI) -> None:
         return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8", headers=HEADERS)
 
     app.get("/", include_in_schema=False)(page)
+    for path, media in ((RENDERER, "text/javascript"), (STYLE, "text/css")):  # shared with `nmt explain`'s pages
+        app.get(f"/static/{path.name}", include_in_schema=False)(_file(path, media))
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+
+def _file(path: Path, media: str) -> Any:
+    """GET handler of one file of the package (before the /static mount, which would not find it)."""
+    from starlette.responses import FileResponse
+
+    async def get() -> FileResponse:
+        return FileResponse(path, media_type=f"{media}; charset=utf-8", headers={
+            "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"})
+
+    return get

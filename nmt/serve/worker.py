@@ -33,6 +33,7 @@ class Search(NamedTuple):
     beam: int
     nbest: int
     attention: bool = False  # the cross-attention of each best hypothesis (the web page's heatmap)
+    explain: tuple[int, int] | None = None  # (top_k, query): nmt.explain's data instead of a Translation
 
 
 @dataclass
@@ -142,7 +143,13 @@ class Service:
         assert self.model is not None
         return len(self.model.translator.tokenizer.encode_src([text])[0]) + 1
 
-    def _translate(self, search: Search, lines: list[str]) -> list[Translation]:
+    def _translate(self, search: Search, lines: list[str]) -> list[Translation] | list[dict[str, Any]]:
         assert self.model is not None
+        if search.explain is not None:  # POST /v1/explain (nmt.serve.explain)
+            from nmt.explain import explain_sentence
+
+            top_k, query = search.explain
+            return [explain_sentence(self.model.translator, line, top_k=top_k, query=query, beam=search.beam)
+                    for line in lines]
         return self.model.translator.translate_chunk(lines, beam=search.beam, nbest=search.nbest,
                                                      need_attention=search.attention)

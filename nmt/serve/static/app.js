@@ -4,6 +4,7 @@
 //   POST translate      -> the translation (LibreTranslate: q, source, target, alternatives), as you type
 //   POST v1/translate   -> the cross-attention of one translated line (attention: true), as a heatmap
 //   GET v1/info         -> the server's beam, so that the heatmap's search is the translation's
+//   POST v1/explain     -> one line inside the model, drawn by the renderer of `nmt explain` (static/explain.js)
 "use strict";
 
 (function () {
@@ -17,6 +18,7 @@
     detected: $("detected"), translation: $("translation"), alternatives: $("alternatives"), copy: $("copy"),
     clear: $("clear"), chars: $("chars"), status: $("status"), heatmap: $("heatmap"),
     caption: $("heatmap-caption"), settings: $("settings"), key: $("api-key"),
+    inside: $("inside"), insideShow: $("inside-show"), insideCaption: $("inside-caption"),
   };
 
   let languages = [];            // [{code, name, targets}] from GET languages
@@ -29,6 +31,8 @@
   let controller = null;
   let heatSeq = 0;
   let heatController = null;
+  let insideSeq = 0;
+  let insideController = null;
   // what is shown: the source lines it is for, the best translation and the alternatives (swappable)
   let shown = null;              // {sourceLines: [...], best: "...", alternatives: [...]}
   let selectedLine = 0;          // the line whose attention the heatmap shows
@@ -174,6 +178,7 @@
     el.copy.disabled = true;
     el.detected.textContent = "";
     clearHeatmap("");
+    clearInside();
   }
 
   async function translate() {
@@ -345,6 +350,7 @@
 
   async function showAttention(index) {
     if (!shown) return;
+    updateInside();
     const sentence = shown.sourceLines[index] || "";
     if (!sentence.trim()) {
       clearHeatmap("Line " + (index + 1) + " is empty: nothing to show.");
@@ -435,6 +441,53 @@
     el.heatmap.dataset.source = sentence;
   }
 
+  // ---------------------------------------------------------------- inside the model
+
+  // the search of the translation shown, as for the heatmap (an n-best of alternatives + 1 needs that beam)
+  function shownBeam() {
+    return alternatives && serverBeam ? Math.max(serverBeam, alternatives + 1) : undefined;
+  }
+
+  function clearInside() {
+    insideSeq++;
+    if (insideController) insideController.abort();
+    insideController = null;
+    el.inside.replaceChildren();
+    delete el.inside.dataset.source;
+    updateInside();
+  }
+
+  // the button names the selected line; a view already open follows the line clicked
+  function updateInside() {
+    const sentence = shown ? shown.sourceLines[selectedLine] || "" : "";
+    el.insideShow.disabled = !sentence.trim() || !window.NmtExplain;
+    el.insideShow.textContent = `Show line ${selectedLine + 1} inside the model`;
+    if (sentence.trim() && el.inside.dataset.source && el.inside.dataset.source !== sentence) showInside();
+  }
+
+  async function showInside() {
+    const index = selectedLine;
+    const sentence = shown ? shown.sourceLines[index] || "" : "";
+    if (!sentence.trim() || !window.NmtExplain) return;
+    const id = ++insideSeq;
+    if (insideController) insideController.abort();
+    insideController = new AbortController();
+    el.inside.dataset.source = sentence;
+    el.insideCaption.textContent = `Line ${index + 1}: computing…`;
+    let data;
+    try {
+      data = await api("v1/explain", { sentence, beam: shownBeam() }, insideController.signal);
+    } catch (e) {
+      if (id !== insideSeq || e.name === "AbortError") return;
+      el.insideCaption.textContent = `Line ${index + 1} cannot be shown inside the model: ${explain(e)}`;
+      return;
+    }
+    if (id !== insideSeq) return;
+    window.NmtExplain.render(el.inside, data);
+    el.insideCaption.textContent = `Line ${index + 1}: “${sentence}” → “${data.translation}”, step by step ` +
+      "with the model's own numbers (what nmt explain writes as a page).";
+  }
+
   // ---------------------------------------------------------------- wiring
 
   el.key.value = storage(KEY_STORE);
@@ -479,6 +532,7 @@
     el.text.focus();
   });
   el.copy.addEventListener("click", copy);
+  el.insideShow.addEventListener("click", showInside);
   el.translation.addEventListener("click", (e) => selectLine(e.target));
   el.translation.addEventListener("keydown", (e) => {
     if (e.key === "Enter" || e.key === " ") {
