@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from nmt.batching import collate  # noqa: E402
-from nmt.demo import _ADJECTIVES, _MONTHS, _NOUNS, generate_pairs, generate_splits  # noqa: E402
+from nmt.demo import _ADJECTIVES, _MONTHS, _NOUNS, generate_pairs  # noqa: E402
+from nmt.demo_clock import generate_splits  # noqa: E402
 from nmt.inline import Paragraph, Run  # noqa: E402
 from nmt.inline_align import aligned, links  # noqa: E402
 from nmt.translator import Translator  # noqa: E402

@@ -9,7 +9,9 @@ Rule-based sentences whose translation needs real work from a model, not word-fo
 - noun phrases with gender / number / case agreement ("two red cars" → "zwei rote Autos",
   "I see the old dog." → "Ich sehe den alten Hund.");
 - verb-final and separable-verb reordering ("We bought ... for ten euros." → "Wir haben ... für
-  zehn Euro gekauft.", "The train leaves at nine o'clock." → "Der Zug fährt um neun Uhr ab.").
+  zehn Euro gekauft.", "The train leaves at nine o'clock." → "Der Zug fährt um neun Uhr ab.");
+- clock times in many sentences, for the training split (generate_splits, clock_pairs): "at four o'clock in
+  the afternoon" → "um vier Uhr nachmittags", "I get up at seven o'clock." → "Ich stehe um sieben Uhr auf.".
 
 German number spelling chosen here: "eins" alone and at the end ("hunderteins", "tausendeins") but
 "ein" inside ("einundzwanzig", "hunderteintausend"); a leading one is left out before hundred and
@@ -292,7 +294,7 @@ _TEMPLATES: list[tuple[Callable[[random.Random], tuple[str, str]], int]] = [
 ]
 
 
-def _capitalize(text: str) -> str:
+def capitalize(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
@@ -310,7 +312,7 @@ def distinct_pairs(templates: list, n: int, seed: int) -> list[tuple[str, str]]:
             raise ValueError(f"cannot generate {n} distinct demo pairs")
         en, other = rng.choices(functions, weights)[0](rng)
         if en.endswith("."):
-            en, other = _capitalize(en), _capitalize(other)
+            en, other = capitalize(en), capitalize(other)
         if (en, other) not in seen:
             seen.add((en, other))
             pairs.append((en, other))

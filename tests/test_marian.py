@@ -312,6 +312,18 @@ def test_offline_hub_name_is_one_line_error(tmp_path):
 # ---------------------------------------------------------------- fine-tuning
 
 
+def valid_loss(ckpt: Path, data: Path) -> float:
+    """The per-token loss of a checkpoint on a data dir's valid split."""
+    import contextlib
+
+    from nmt.validate import validation_loss
+
+    state = checkpoint.load(ckpt)
+    special = state.tokenizer().special_ids
+    return validation_loss(state.build_model().eval(), DataDir.open(data).split("valid"), 1024, 0.0, special,
+                           torch.device("cpu"), contextlib.nullcontext)["loss"]
+
+
 def fine_tune_config(data: Path, run: Path, ckpt: Path, *overrides: str):
     return load_config(None, [
         f"data.dir={data}", f"train.run_dir={run}", f"train.init_from={ckpt}", "train.max_tokens=1024",
@@ -353,7 +365,9 @@ def test_fine_tuning_starts_from_the_imported_weights_and_resumes_exactly(base, 
     assert scratch["step"] == 1
     scratch_loss = RunDir(tmp_path / "scratch").read_metrics()[0]["loss"]
     assert losses[0] < scratch_loss - 1.0  # the first update already computes with the imported weights
-    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5  # and fine-tuning lowers the loss
+    # and fine-tuning lowers the loss on held-out data (a fixed set: batch-to-batch noise in the training losses of
+    # 30 updates can exceed what they learn)
+    assert valid_loss(tmp_path / "full" / "last.pt", data) < valid_loss(ckpt, data)
     tuned = checkpoint.load(tmp_path / "full" / "last.pt")
     assert tuned["config"]["model"] == checkpoint.load(ckpt)["config"]["model"]
     translator = Translator(tuned, DecodeConfig(beam=2), dtype="fp32")
