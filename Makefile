@@ -14,7 +14,7 @@ STAMP := .install.$(shell $(PYTHON) -c "import hashlib, sys; print(hashlib.sha1(
 # a GPU user installs their own torch beforehand and it is kept.
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[dev,plot,serve,export]"
+	$(PIP) install -q -e ".[dev,plot,serve,export,documents]"
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -35,6 +35,10 @@ demo: $(STAMP)
 	$(PYTHON) -m nmt score --ref data/demo/test.de --hyp runs/tiny/test.hyp.de
 	@echo "--- a few demo translations:"
 	@head -n 5 data/demo/test.en | $(PYTHON) -m nmt translate --config configs/tiny.yaml
+	@head -n 1 data/demo/test.en | $(PYTHON) -m nmt translate --config configs/tiny.yaml --attention runs/tiny/attention >/dev/null \
+	  && echo "--- what the model looked at, translating \"$$(head -n 1 data/demo/test.en)\": open runs/tiny/attention/000001.png"
+	@echo "--- the same line walked through the model, the paper's every mechanism with its numbers (nmt explain):"
+	@$(PYTHON) -m nmt explain --checkpoint runs/tiny "$$(head -n 1 data/demo/test.en)"
 
 # The English→Chinese demo: the same pipeline on the built-in Chinese corpus; BLEU uses sacreBLEU's zh tokenizer
 # (chosen for the target language, from test.zh).

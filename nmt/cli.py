@@ -103,9 +103,17 @@ def translate(
     overrides: SetOpt = None,
     checkpoint: Annotated[Path | None, typer.Option(
         help="Checkpoint to load (default: averaged.pt, else best.pt, else last.pt of train.run_dir).")] = None,
-    input: Annotated[Path | None, typer.Option("--input", "-i", help="Read this file instead of stdin.")] = None,
+    input: Annotated[Path | None, typer.Option(
+        "--input", "-i", help="Read this file instead of stdin. A document (.md, .html/.htm, .srt, .vtt, .docx, "
+                              ".pptx, .odt, .epub) is translated keeping its format; other files line by line."
+    )] = None,
     output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="Write this file (atomically) instead of stdout.")] = None,
+        "--output", "-o", help="Write this file (atomically) instead of stdout (required for docx, pptx, odt, "
+                               "epub).")] = None,
+    format: Annotated[str | None, typer.Option(
+        "--format", help="Translate --input as this format: txt (paragraphs between blank lines), md, html, srt, "
+                         "vtt, docx, pptx, odt, epub, or lines (line by line, whatever the extension). Default: "
+                         "from the extension.")] = None,
     beam: Annotated[int | None, typer.Option(help="Beam size (1 = greedy).")] = None,
     nbest: Annotated[int | None, typer.Option(
         help="Print the K best translations of each input line, one per output line, as "
@@ -136,7 +144,8 @@ def translate(
     progress: Annotated[bool | None, typer.Option(
         "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).")] = None,
 ) -> None:
-    """Translate text, one output line per input line (stdin -> stdout by default).
+    """Translate text, one output line per input line (stdin -> stdout by default), or a document keeping its
+    format (--input report.md, or --format; see --input).
 
     Without --config, the search settings (beam, length penalty, ...) are
     those the checkpoint was trained with; --beam, --nbest, --length-penalty,
@@ -150,7 +159,7 @@ def translate(
     opts = TranslateOptions(
         checkpoint=checkpoint, device=device, dtype=dtype, threads=threads, quantize=quantize,
         scores=scores, attention_dir=attention, attention_layer=attention_layer, all_heads=all_heads,
-        encoder_attention=encoder_attention, alignment=alignment, progress=progress,
+        encoder_attention=encoder_attention, alignment=alignment, progress=progress, format=format,
         config_given=config is not None, decode_overrides=settings,
         decode_changes={k: v for k, v in changes.items() if v is not None},
     )

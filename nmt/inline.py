@@ -1,7 +1,7 @@
 """Translating a paragraph ACROSS its inline formatting: each sentence is translated once, as plain text, and each
 formatting span is put back on the target words aligned to its source words.
 
-The data model is format-free, so that HTML (nmt.serve.html) and documents share it. A paragraph is a sequence of
+The data model is format-free, so that HTML and documents (nmt.documents) share it. A paragraph is a sequence of
 `Run`s: text with a `path`, the formatting containers it sits in, outermost first (opaque handles: an HTML element,
 a docx run's properties; equal handles in consecutive runs are the same container, so a handle must cover
 consecutive runs), or an `atom`: something kept as it is and never sent to the model (code, a mention, an image).

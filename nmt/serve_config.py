@@ -41,6 +41,13 @@ class ServeConfig:
     # loopback names when listening on loopback, else any) against DNS rebinding
     cors_origins: list[str] = field(default_factory=list)
     allowed_hosts: list[str] | None = None
+    # documents (POST /translate_file): size, sentences and time of one; files held (in translation or awaiting
+    # download; 503 above) and how long an undownloaded one is kept (seconds)
+    max_file_bytes: int = 10_000_000
+    max_file_sentences: int = 20_000
+    file_timeout: float = 600.0
+    max_files: int = 64
+    file_ttl: float = 1800.0  # LibreTranslate's 30 minutes
     shutdown_timeout: float = 60.0  # on SIGTERM/Ctrl-C: queued work that fits is finished, the rest gets 503
 
     def hosts(self) -> list[str]:
@@ -54,7 +61,8 @@ def check_serve(s: ServeConfig) -> None:
     """One-line ConfigErrors naming the key (called by nmt.config.check_config)."""
     if not 0 <= s.port < 2**16:
         raise ConfigError(f"serve.port must be in [0, 65535], got {s.port}")
-    for key in ("max_body_bytes", "max_sentences", "max_chars", "max_beam", "max_connections"):
+    for key in ("max_body_bytes", "max_sentences", "max_chars", "max_beam", "max_connections", "max_file_bytes",
+                "max_file_sentences", "max_files"):
         if getattr(s, key) <= 0:
             raise ConfigError(f"serve.{key} must be > 0, got {getattr(s, key)}")
     for key in ("requests_per_minute", "chars_per_minute"):
@@ -62,7 +70,8 @@ def check_serve(s: ServeConfig) -> None:
             raise ConfigError(f"serve.{key} must be >= 0 (0: no limit), got {getattr(s, key)}")
     if not (math.isfinite(s.max_delay_ms) and s.max_delay_ms >= 0):
         raise ConfigError(f"serve.max_delay_ms must be finite and >= 0, got {s.max_delay_ms}")
-    for key in ("max_batch_seconds", "max_queue_seconds", "request_timeout", "read_timeout", "shutdown_timeout"):
+    for key in ("max_batch_seconds", "max_queue_seconds", "request_timeout", "read_timeout", "shutdown_timeout",
+                "file_timeout", "file_ttl"):
         value = getattr(s, key)
         if not (math.isfinite(value) and value > 0):
             raise ConfigError(f"serve.{key} must be finite and > 0, got {value}")

@@ -12,6 +12,7 @@ import io
 import os
 import select
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import IO, Any
 
 import torch
 
+from nmt import documents
 from nmt.batching import collate
 from nmt.config import Config
 from nmt.device import keep_freed_memory
@@ -40,7 +42,7 @@ class TranslateOptions(ModelOptions):
     encoder_attention: bool = False
     alignment: Path | None = None
     progress: bool | None = None
-
+    format: str | None = None  # --format: a document format, "lines", or None: by the input's extension
 
 
 # --------------------------------------------------------------------------- files
@@ -121,11 +123,11 @@ def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, outp
         torch.set_num_threads(opts.threads)
     if input is not None and not input.is_file():
         raise NmtError(f"input file not found: {input}")
-    ckpt = checkpoint_to_translate(opts.checkpoint, cfg.train.run_dir, opts.config_given)
-    console.print(f"loading {ckpt}")
-    translator = Translator.load(ckpt, cfg, opts, attention_layer=opts.attention_layer)
+    fmt = documents.detect_format(input, opts.format)
+    if fmt is not None:
+        return translate_document_file(cfg, opts, fmt, input, output)
+    translator = _load(cfg, opts)
     decode = translator.decode
-    console.print(f"translating on {translator.device} in {translator.precision}")
     need_attention = opts.attention_dir is not None or opts.alignment is not None
     typing = input is None and sys.stdin.isatty()  # someone types lines: a bar would only get in the way
     show_bar = show_progress(opts.progress) and (opts.progress is not None or not typing)
@@ -151,6 +153,41 @@ def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, outp
     seconds = time.perf_counter() - started
     console.print(f"translated {count} lines in {seconds:.1f}s ({count / max(seconds, 1e-9):,.1f} lines/s)")
     return count
+
+
+def _load(cfg: Config, opts: TranslateOptions) -> Translator:
+    ckpt = checkpoint_to_translate(opts.checkpoint, cfg.train.run_dir, opts.config_given)
+    console.print(f"loading {ckpt}")
+    translator = Translator.load(ckpt, cfg, opts, attention_layer=opts.attention_layer)
+    console.print(f"translating on {translator.device} in {translator.precision}")
+    return translator
+
+
+def translate_document_file(cfg: Config, opts: TranslateOptions, fmt: str, input: Path | None,
+                            output: Path | None) -> int:
+    """`nmt translate` of a document (nmt.documents): its format kept; without --output a text format goes to
+    stdout. Returns the number of paragraphs translated."""
+    if input is None:
+        raise NmtError(f"--format {fmt} translates a document: give it with --input")
+    unsupported = [name for name, given in (("--scores", opts.scores), ("--attention", opts.attention_dir),
+                                            ("--alignment", opts.alignment)) if given]
+    if unsupported:
+        raise NmtError(f"{', '.join(unsupported)} work line by line, not with documents ({fmt})")
+    if output is None and fmt in documents.BINARY:
+        raise NmtError(f"a {fmt} document needs --output FILE (it is not text for stdout)")
+    documents.check_document(input, fmt)
+    translator = _load(cfg, opts)
+    with contextlib.ExitStack() as stack:
+        target = output
+        if target is None:
+            target = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nmt-"))) / input.name
+        report = documents.translate_document(translator, input, target, fmt)
+        if output is None:
+            sys.stdout.buffer.write(target.read_bytes())
+            sys.stdout.flush()
+    console.print(f"translated {report.paragraphs} paragraphs ({report.sentences} sentences) of {fmt} in "
+                  f"{report.seconds:.1f}s")
+    return report.paragraphs
 
 
 def _count_lines(path: Path) -> int:

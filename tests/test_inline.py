@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nmt.documents.html import parse_html
 from nmt.inline import Aligned, Paragraph, Piece, Run
-from nmt.serve.html import parse_html
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = ROOT / "tests" / "data" / "demo-model.pt"

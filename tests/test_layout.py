@@ -139,3 +139,9 @@ def test_the_graph_sees_the_modules_of_packages():
     assert {"serve", "serve.batcher", "serve.worker", "serve.runner"} <= set(MODULES)
     assert GRAPH["serve.worker"] >= {"serve.batcher", "translator"}
     assert "serve" in GRAPH["cli"]  # `from nmt.serve import run`
+
+
+def test_documents_are_core_shared_by_translate_and_serve():
+    # nmt/documents/ is a core package (the format modules of `nmt translate`'s documents and of serve's HTML)
+    assert "documents" not in COMMANDS and "documents.html" in set(MODULES)
+    assert "documents" in GRAPH["translate"] and "documents.html" in GRAPH["serve.libretranslate"]

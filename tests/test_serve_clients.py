@@ -64,8 +64,9 @@ def test_libretranslatepy_and_kde(url):
 def test_libretranslate_web_page_and_dialect(url):
     settings = httpx.get(f"{url}/frontend/settings").json()
     assert settings["charLimit"] > 0 and settings["apiKeys"] is False and settings["keyRequired"] is False
-    assert settings["suggestions"] is False and settings["filesTranslation"] is False
-    assert settings["supportedFilesFormat"] == [] and settings["language"]["source"]["code"] == "auto"
+    assert settings["suggestions"] is False and settings["filesTranslation"] is True
+    assert ".docx" in settings["supportedFilesFormat"] and ".pdf" not in settings["supportedFilesFormat"]
+    assert settings["language"]["source"]["code"] == "auto"
     page = httpx.post(f"{url}/translate", files={k: (None, v) for k, v in {
         "q": "A man is riding a bike.", "source": "auto", "target": "de", "format": "text", "alternatives": "3",
         "api_key": ""}.items()}).json()
@@ -116,7 +117,7 @@ def test_html_keeps_the_markup_and_translates_each_sentence_once_across_its_tags
     words are those translations' words in order, and its markup is the post's."""
     import re
 
-    from nmt.serve.html import parse_html
+    from nmt.documents.html import parse_html
 
     doc = parse_html(POST)
     plain = httpx.post(f"{url}/v1/translate", json={"sentences": doc.texts}, timeout=60).json()

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from nmt.serve import libre_settings, libretranslate
+from nmt.serve import files, libre_settings, libretranslate
 from nmt.serve.explain_api import add_explain
 from nmt.serve.guards import add_guards
 from nmt.serve.http_errors import add_error_handlers
@@ -28,8 +28,10 @@ def create_app(services: Service | list[Service], limits: ServeConfig, api_key: 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
         models.start()
+        store.open()
         yield
         await asyncio.to_thread(models.stop)  # in-flight requests are answered by now: uvicorn waited for them
+        await asyncio.to_thread(store.close)  # documents' temp files
 
     app = FastAPI(title="nmt serve", summary="Transformer translation with dynamic batching", lifespan=lifespan)
     add_guards(app, limits, api.refusal)
@@ -42,5 +44,6 @@ def create_app(services: Service | list[Service], limits: ServeConfig, api_key: 
     add_explain(app, api)
     libretranslate.add_routes(app, api)
     libre_settings.add_routes(app, api)
+    store = files.add_routes(app, api)
     add_page(app)
     return app

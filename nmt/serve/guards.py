@@ -14,6 +14,7 @@ from nmt.serve.web import FastAPI
 from nmt.serve_config import ServeConfig
 
 Receive = Callable[[], Any]
+FORM_OVERHEAD = 64 * 1024  # a multipart upload's bytes besides its file's (POST /translate_file)
 REFUSAL_PAUSE = 1.0  # seconds a refusal of a client that may come straight back waits (`bench/serve_abuse.py`)
 
 
@@ -44,19 +45,21 @@ class BodyLimits:
     bodies); 408 for a body not received within serve.read_timeout (a Content-Length larger than what comes).
     Once the body is in, receive() is passed through untimed: the endpoints wait on it for the client leaving."""
 
-    def __init__(self, app: Any, max_bytes: int, timeout: float):
+    def __init__(self, app: Any, max_bytes: int, timeout: float, paths: dict[str, tuple[int, str, int]] | None = None):
         self.app, self.max_bytes, self.timeout = app, max_bytes, timeout
+        self.paths = paths or {}  # path -> (its body limit, the key to name, its value): uploads (nmt.serve.files)
 
-    def too_large(self) -> ApiError:
-        return _closing(ApiError(413, f"request body over the limit serve.max_body_bytes={self.max_bytes}",
-                                 "serve.max_body_bytes"))
+    def too_large(self, limit: int, key: str) -> ApiError:
+        return _closing(ApiError(413, f"request body over the limit {key}={limit}", key))
 
     async def __call__(self, scope: dict, receive: Receive, send: Callable) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        max_bytes, key, shown_limit = self.paths.get(scope["path"],
+                                                     (self.max_bytes, "serve.max_body_bytes", self.max_bytes))
         length = dict(scope["headers"]).get(b"content-length", b"")
-        if length.isdigit() and int(length) > self.max_bytes:
-            return await error_response(self.too_large())(scope, receive, send)
+        if length.isdigit() and int(length) > max_bytes:
+            return await error_response(self.too_large(shown_limit, key))(scope, receive, send)
         seen, complete = 0, False
         deadline = asyncio.get_running_loop().time() + self.timeout
 
@@ -71,8 +74,8 @@ class BodyLimits:
                                         f"{self.timeout:g} s", "serve.read_timeout")) from None
             seen += len(message.get("body", b""))
             complete = message["type"] != "http.request" or not message.get("more_body", False)
-            if seen > self.max_bytes:
-                raise self.too_large()
+            if seen > max_bytes:
+                raise self.too_large(shown_limit, key)
             return message
 
         await self.app(scope, limited, send)
@@ -118,7 +121,10 @@ def add_guards(app: FastAPI, limits: ServeConfig, refusal: Callable[[int], ApiEr
     from starlette.middleware.cors import CORSMiddleware
 
     app.add_middleware(EarlyBusy, refusal=refusal)
-    app.add_middleware(BodyLimits, max_bytes=limits.max_body_bytes, timeout=limits.read_timeout)
+    upload = (max(limits.max_body_bytes, limits.max_file_bytes + FORM_OVERHEAD), "serve.max_file_bytes",
+              limits.max_file_bytes)
+    app.add_middleware(BodyLimits, max_bytes=limits.max_body_bytes, timeout=limits.read_timeout,
+                       paths={"/translate_file": upload})
     if limits.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=limits.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"], max_age=600)

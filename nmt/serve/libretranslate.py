@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from nmt.documents.html import parse_html
 from nmt.inline_align import aligned
 from nmt.serve.bodies import form_or_json
 from nmt.serve.detect import Candidates, Detector
-from nmt.serve.html import parse_html
 from nmt.serve.http_errors import ApiError, shown, validation_message
 from nmt.serve.native import Api
 from nmt.serve.web import BaseModel, FastAPI, Field, JSONResponse, Request, ValidationError
@@ -112,7 +112,7 @@ async def translate(api: Api, request: Request) -> JSONResponse:
 async def _translate_html(api: Api, request: Request, service: Service, req: LibreRequest, texts: list[str]
                           ) -> dict[str, Any]:
     """format=html: the sentences of each fragment, across its inline tags, are translated with their attention and
-    the inline tags put on the aligned words (nmt.serve.html), the markup comes back as sent; `alternatives` are
+    the inline tags put on the aligned words (nmt.documents.html), the markup comes back as sent; `alternatives` are
     empty, as LibreTranslate gives them for HTML."""
     docs = [parse_html(text) for text in texts]
     flat = [sentence for doc in docs for sentence in doc.texts]

@@ -19,6 +19,8 @@
     clear: $("clear"), chars: $("chars"), status: $("status"), heatmap: $("heatmap"),
     caption: $("heatmap-caption"), settings: $("settings"), key: $("api-key"),
     inside: $("inside"), insideShow: $("inside-show"), insideCaption: $("inside-caption"),
+    fileForm: $("file-form"), fileInput: $("file-input"), fileTranslate: $("file-translate"),
+    fileStatus: $("file-status"), fileDownload: $("file-download"), fileFormats: $("file-formats"),
   };
 
   let languages = [];            // [{code, name, targets}] from GET languages
@@ -541,6 +543,68 @@
     }
   });
 
+  // ---------------------------------------------------------------- documents (POST translate_file)
+
+  async function loadFileFormats() {
+    try {
+      const settings = await api("frontend/settings");
+      const formats = (settings && settings.filesTranslation && settings.supportedFilesFormat) || [];
+      el.fileFormats.textContent = formats.length ? formats.join(", ") : "not offered by this server";
+      if (!formats.length) return;
+      el.fileInput.accept = formats.join(",");
+      el.fileInput.disabled = false;
+    } catch (e) {
+      el.fileFormats.textContent = explain(e);
+    }
+  }
+
+  function fileStatus(message, isError) {
+    el.fileStatus.textContent = message;
+    el.fileStatus.classList.toggle("error", Boolean(isError));
+  }
+
+  async function translateFile(e) {
+    e.preventDefault();
+    const file = el.fileInput.files[0];
+    if (!file) return;
+    const data = new FormData();  // what LibreTranslate's page sends
+    data.append("file", file);
+    data.append("source", el.source.value);
+    data.append("target", el.target.value);
+    data.append("api_key", el.key.value.trim());
+    el.fileTranslate.disabled = true;
+    el.fileDownload.hidden = true;
+    fileStatus("Translating " + file.name + "…");
+    try {
+      const response = await fetch("translate_file", { method: "POST", body: data });
+      let answer = null;
+      try { answer = await response.json(); } catch (err) { /* the status says enough */ }
+      if (!response.ok || !answer || !answer.translatedFileUrl) {
+        const error = new Error((answer && answer.error) || `HTTP ${response.status}`);
+        error.status = response.status;
+        throw error;
+      }
+      el.fileDownload.href = answer.translatedFileUrl;
+      el.fileDownload.hidden = false;
+      fileStatus("Translated " + file.name + ": the link works once");
+    } catch (err) {
+      fileStatus(explain(err), true);
+    } finally {
+      el.fileTranslate.disabled = !el.fileInput.files.length;
+    }
+  }
+
+  el.fileInput.addEventListener("change", () => {
+    el.fileTranslate.disabled = !el.fileInput.files.length;
+    el.fileDownload.hidden = true;
+    fileStatus("");
+  });
+  el.fileForm.addEventListener("submit", translateFile);
+  el.fileDownload.addEventListener("click", () => {
+    setTimeout(() => { el.fileDownload.hidden = true; }, 0);
+  });
+
   countChars();
   loadLanguages();
+  loadFileFormats();
 })();

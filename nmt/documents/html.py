@@ -1,5 +1,5 @@
-"""HTML fragments for `nmt serve`'s `format: "html"`: find the sentences in a fragment (a Mastodon or Akkoma post,
-say) and put their translations back, leaving every byte outside the translated text as it was sent.
+"""HTML fragments (`nmt serve`'s `format: "html"`, a Mastodon or Akkoma post, say) and whole .html documents: find
+the sentences and put their translations back, leaving every byte outside the translated text as it was sent.
 
 The parser is the standard library's `html.parser.HTMLParser`, not BeautifulSoup, lxml or selectolax: those build a
 tree and serialize it again, which rewrites attribute quoting, entity forms, void tags and broken markup, while a
@@ -10,9 +10,9 @@ slices are copied as they are, and only text slices that were translated are wri
 Segmentation: a paragraph runs between block boundaries (p, div, li, td, br, h1..., any tag not known to be inline,
 comments); inline elements (a, b, i, span, ...) do not end it. Its sentences are split over the text joined across
 the inline tags, each is translated once as plain text, and each inline element is put back around the target words
-aligned to its source words by the model's cross-attention (nmt.inline, nmt.serve.html_inline), so "the <b>red</b>
-car" is one sentence with <b>…</b> on the word for "red". Text not to be translated (code, mentions, URLs, text
-under translate="no") inside a sentence is an atom: never sent, kept as written, in its place among the words.
+aligned to its source words by the model's cross-attention (nmt.inline, nmt.documents.html_inline), so "the
+<b>red</b> car" is one sentence with <b>…</b> on the word for "red". Text not to be translated (code, mentions, URLs,
+text under translate="no") inside a sentence is an atom: never sent, kept as written, in its place among the words.
 (LibreTranslate translates each text node apart, which gives the model fragments: "the", "red", "car".)
 """
 
@@ -23,10 +23,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from pathlib import Path
 
-from nmt.inline import Aligned
+from nmt.documents.html_inline import INLINE_TAGS, HtmlParagraph, Token, text_tokens
+from nmt.documents.txt import TranslateParagraphs, read_text, write_text
+from nmt.inline import Aligned, Paragraph, Piece
 from nmt.inline_split import ABBREVIATIONS, split_sentences
-from nmt.serve.html_inline import INLINE_TAGS, HtmlParagraph, Token, text_tokens
 
 __all__ = ["ABBREVIATIONS", "HtmlDoc", "parse_html", "split_sentences"]
 
@@ -64,6 +66,25 @@ class HtmlDoc:
             out.append(part.render(translations[at:at + len(part.texts)]))
             at += len(part.texts)
         return "".join(out)
+
+    def paragraphs(self) -> list[Paragraph]:
+        """The paragraphs with text to translate, in order (what `write` takes the rendered pieces of)."""
+        return [p.paragraph for p in self._parts if isinstance(p, HtmlParagraph) and p.paragraph is not None]
+
+    def write(self, pieces: Sequence[Sequence[Piece]]) -> str:
+        """The fragment with each of `paragraphs()` written from its rendered pieces, the rest as it was."""
+        rendered = iter(pieces)
+        return "".join(part if isinstance(part, str) else part.write(next(rendered)) if part.paragraph else part._raw
+                       for part in self._parts)
+
+
+def translate(src: Path, dst: Path, translate_paragraphs: TranslateParagraphs) -> int:
+    """A whole .html/.htm document (UTF-8): its text translated, every byte of markup kept."""
+    text, style = read_text(src)
+    doc = parse_html(text)
+    paragraphs = doc.paragraphs()
+    write_text(dst, doc.write(translate_paragraphs(paragraphs) if paragraphs else []), style)
+    return len(paragraphs)
 
 
 def parse_html(fragment: str) -> HtmlDoc:

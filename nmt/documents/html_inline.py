@@ -1,4 +1,4 @@
-"""The paragraphs of an HTML fragment (nmt.serve.html) as nmt.inline runs, and their translations written back.
+"""The paragraphs of an HTML fragment (nmt.documents.html) as nmt.inline runs, and their translations written back.
 
 A paragraph's tokens (text, inline start and end tags, atoms) become runs: text with the path of inline elements
 it is in (an element is known by the index of its start tag), or atoms kept as they are. Only well-nested pairs
@@ -80,12 +80,21 @@ class HtmlParagraph:
         exact = all(self._sources[k][1] is None or self._sources[k][1][i] >= 0 for k, i in cuts)
         self.texts = self._paragraph.texts if exact else []  # a cut inside an entity's output (rare): keep it all
 
+    @property
+    def paragraph(self) -> Paragraph | None:
+        """The runs to translate (None: nothing to, see `texts`), for nmt.inline_align.translate_paragraphs."""
+        return self._paragraph if self.texts else None
+
     def render(self, translations: Sequence[str | Aligned]) -> str:
         if all((t if isinstance(t, str) else t.text) == s for t, s in zip(translations, self.texts, strict=True)):
             return self._raw
+        return self.write(self._paragraph.render(translations))
+
+    def write(self, pieces: Sequence[Piece]) -> str:
+        """The paragraph's markup around rendered pieces (of `paragraph.render`)."""
         out: list[str] = []
         path: Path = ()
-        for piece in self._paragraph.render(translations):
+        for piece in pieces:
             out += self._move(path, piece.path)
             out.append(self._text(piece))
             path = piece.path

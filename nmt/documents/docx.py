@@ -1,0 +1,30 @@
+"""Word .docx: every paragraph translated by sentence across its runs (nmt.inline, nmt.documents.office_ooxml).
+
+Parts: the body (tables, nested tables and text boxes included: every w:p), headers, footers, footnotes, endnotes
+and comments (translated: they are text a reader sees; their anchors in the body stay where they are). Each part is
+edited as XML, so footnotes and comments, which python-docx has no API for, are reached; every other part, and every
+byte of a text part outside the rebuilt paragraphs, is kept. Fields (complex: begin..end; simple: w:fldSimple), tracked
+changes (w:ins, w:del), content controls and math are atoms: kept as they are, never translated."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from nmt.documents.office_ooxml import Dialect, translate_parts
+from nmt.documents.safezip import open_zip, removed_on_error
+from nmt.inline import Paragraph, Piece
+
+W = Dialect("http://schemas.openxmlformats.org/wordprocessingml/2006/main", link="hyperlink", fields=True,
+            preserve_space=True)
+PARTS = re.compile(r"word/(document|header\d*|footer\d*|footnotes|endnotes|comments)\.xml")
+
+
+def translate(src: Path, dst: Path, translate_paragraphs: Callable[[list[Paragraph]], list[list[Piece]]]) -> int:
+    """`src` translated into `dst`; the number of paragraphs translated."""
+    with removed_on_error(dst), open_zip(src, "docx", "word/document.xml") as box:
+        names = [name for name in box.names() if PARTS.fullmatch(name)]
+        parts, count = translate_parts(box, names, W, "p", translate_paragraphs)
+        box.write(dst, parts)
+    return count

@@ -1,0 +1,27 @@
+"""PowerPoint .pptx: the text of every shape on every slide (groups, tables, placeholders) and of the slides' notes,
+translated by sentence across its runs (nmt.inline, nmt.documents.office_ooxml, DrawingML's a:p / a:r / a:rPr; a
+link is run property a:hlinkClick, so it moves with its run's rPr). Layouts and masters (their prompt texts are not
+shown in the show), charts and SmartArt are kept as they are. Fields (slide numbers, dates) and line breaks are
+atoms. Parts edited as XML (python-pptx would re-serialize every part it loaded); the rest copied."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from nmt.documents.office_ooxml import Dialect, translate_parts
+from nmt.documents.safezip import open_zip, removed_on_error
+from nmt.inline import Paragraph, Piece
+
+A = Dialect("http://schemas.openxmlformats.org/drawingml/2006/main", keep_last=frozenset({"endParaRPr"}))
+PARTS = re.compile(r"ppt/(slides/slide|notesSlides/notesSlide)\d+\.xml")
+
+
+def translate(src: Path, dst: Path, translate_paragraphs: Callable[[list[Paragraph]], list[list[Piece]]]) -> int:
+    """`src` translated into `dst`; the number of paragraphs translated."""
+    with removed_on_error(dst), open_zip(src, "pptx", "ppt/presentation.xml") as box:
+        names = [name for name in box.names() if PARTS.fullmatch(name)]
+        parts, count = translate_parts(box, names, A, "p", translate_paragraphs)
+        box.write(dst, parts)
+    return count

@@ -1,0 +1,249 @@
+"""LibreTranslate's file translation: `POST /translate_file` (multipart `file`, `source`, `target`, `api_key`) answers
+`{"translatedFileUrl": "<base>/download_file/<token>"}` once the document is translated (nmt.documents), and
+`GET /download_file/<token>` sends it. The sentences go through the model's queue like any request's, from one of
+FILE_THREADS threads: the event loop never parses or waits. Files live in a directory of the server's under an
+unguessable token, removed once downloaded in full (LibreTranslate keeps them 30 minutes however often fetched; its
+page fetches once), or after serve.file_ttl, a failure, the client leaving, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import re
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nmt.documents import FORMATS, REFUSED, translate_document
+from nmt.errors import NmtError, first_line
+from nmt.serve.batcher import Closed, Full
+from nmt.serve.http_errors import ApiError, shown
+from nmt.serve.libre_settings import supported_extensions
+from nmt.serve.native import Api, _client, _disconnected
+from nmt.serve.web import FastAPI, JSONResponse, Request
+from nmt.serve.worker import Service
+
+log = logging.getLogger("uvicorn.error")
+FILE_THREADS = 2  # documents read and written at once (their sentences share the model's queue with all requests)
+
+
+@dataclass
+class Entry:
+    folder: Path
+    cancel: threading.Event
+    path: Path | None = None  # the translated file (named as downloaded), once there
+    expires: float = float("inf")
+
+
+class FileStore:
+    """The server's directory of documents in translation and awaiting download, bounded by serve.max_files."""
+
+    def __init__(self, max_files: int, ttl: float):
+        self.max_files, self.ttl = max_files, ttl
+        self.entries: dict[str, Entry] = {}
+        self.executor = concurrent.futures.ThreadPoolExecutor(FILE_THREADS, thread_name_prefix="nmt-files")
+        self._root: Path | None = None
+        self._sweeper: asyncio.Task | None = None
+
+    def open(self) -> None:  # lifespan start: the sweeper of expired files
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+
+    def close(self) -> None:  # lifespan end, after the models stopped: every translation stopped, every file removed
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        [entry.cancel.set() for entry in self.entries.values()]  # each stops at its next slice of sentences
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        self.entries.clear()
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    def reserve(self) -> tuple[str, Entry]:
+        self.sweep()
+        if len(self.entries) >= self.max_files:
+            raise ApiError(503, f"the server holds serve.max_files={self.max_files} files in translation or awaiting "
+                                "download: retry later", "serve.max_files", retry_after=min(self.ttl, 60))
+        if self._root is None or not self._root.is_dir():
+            self._root = Path(tempfile.mkdtemp(prefix="nmt-serve-files-"))
+        token = secrets.token_urlsafe(24)
+        entry = self.entries[token] = Entry(self._root / token, threading.Event())
+        entry.folder.mkdir()
+        return token, entry
+
+    def remove(self, token: str) -> None:
+        if (entry := self.entries.pop(token, None)) is not None:
+            shutil.rmtree(entry.folder, ignore_errors=True)
+
+    def sweep(self) -> None:
+        now = time.monotonic()
+        for token in [t for t, e in self.entries.items() if e.expires < now]:
+            self.remove(token)
+
+    async def _sweep_forever(self) -> None:
+        while not await asyncio.sleep(min(self.ttl / 2, 60)):  # (sleep returns None)
+            self.sweep()
+
+
+class QueuedTranslator:
+    """What nmt.documents needs of a Translator, on a file thread: the sentences through the server's queue, in slices
+    of serve.max_sentences (a full queue is waited out), within serve.file_timeout and serve.max_file_sentences."""
+
+    def __init__(self, api: Api, service: Service, client: str, cancel: threading.Event):
+        self.api, self.service, self.client, self.cancel = api, service, client, cancel
+        self.tokenizer = service.model.translator.tokenizer  # type: ignore[union-attr]
+        self.search = api.search(service, None, None)._replace(attention=True)
+        self.deadline = time.monotonic() + api.limits.file_timeout
+        self.sentences = 0
+
+    def translate_chunk(self, texts: list[str], **_: Any) -> list[Any]:
+        limits = self.api.limits
+        self.sentences += len(texts)
+        if self.sentences > limits.max_file_sentences:
+            raise ApiError(413, f"the file has over serve.max_file_sentences={limits.max_file_sentences} sentences",
+                           "serve.max_file_sentences")
+        step = limits.max_sentences
+        return [r for i in range(0, len(texts), step) for r in self._slice(texts[i:i + step])]
+
+    def _slice(self, texts: list[str]) -> list[Any]:
+        futures: list[concurrent.futures.Future] | None = None
+        try:
+            while futures is None:
+                self._check()
+                try:
+                    futures = self.service.batcher.submit(texts, self.search, self.client)  # type: ignore[union-attr]
+                except Full as e:
+                    time.sleep(min(e.retry_after, 1.0))
+            while concurrent.futures.wait(futures, timeout=0.25)[1]:
+                self._check()
+            return [f.result() for f in futures]
+        except (ApiError, Closed) as e:
+            raise e if isinstance(e, ApiError) else ApiError(503, str(e), retry_after=5) from None
+        except Exception as e:  # the model failed on a batch: as /translate answers it
+            log.error("file translation failed", exc_info=e)
+            raise ApiError(500, f"Cannot translate file: {first_line(e)}") from None
+        finally:
+            for f in futures or ():
+                f.cancel()  # those not started leave the queue
+
+    def _check(self) -> None:
+        if self.cancel.is_set():
+            raise ApiError(499, "client closed the request")
+        if time.monotonic() > self.deadline:
+            raise _timeout(self.api.limits.file_timeout)
+
+
+def safe_name(filename: str) -> str:
+    """The client's file name as a plain name of a file of ours (LibreTranslate's secure_filename's idea)."""
+    name = re.sub(r"[^\w.-]+", "_", filename.replace("\\", "/").rsplit("/", 1)[-1]).strip("._")
+    stem, dot, ext = name.rpartition(".")
+    return f"{stem[:80] or 'file'}{dot}{ext[:16]}" if dot else name[:80] or "file"
+
+
+def _translate(api: Api, service: Service, entry: Entry, upload: Any, name: str, fmt: str, target: str,
+               client: str) -> Path:
+    """On a file thread: the upload into the entry's folder, translated next to it (NAME_TARGET.EXT, as Argos names
+    it); the source removed."""
+    src = entry.folder / name
+    with open(src, "wb") as out:
+        upload.file.seek(0)
+        shutil.copyfileobj(upload.file, out)
+    stem, dot, ext = name.rpartition(".")
+    dst = entry.folder / f"{stem}_{target}.{ext}"
+    translator = QueuedTranslator(api, service, client, entry.cancel)
+    try:
+        translate_document(translator, src, dst, fmt, max_bytes=api.limits.max_file_bytes)  # type: ignore[arg-type]
+    except NmtError as e:  # the file's fault; its path is ours, never shown
+        message = str(e).replace(str(src), name)
+        raise ApiError(400, f"Invalid request: {message}") from None
+    finally:
+        src.unlink(missing_ok=True)
+    return dst
+
+
+def add_routes(app: FastAPI, api: Api) -> FileStore:
+    """POST /translate_file and GET /download_file/{token}; the store, for the lifespan to open and close."""
+    limits = api.limits
+    store = FileStore(limits.max_files, limits.file_ttl)
+
+    async def translate_file(request: Request) -> JSONResponse:
+        api.models.ready()
+        try:
+            form = await request.form()
+        except Exception as e:  # multipart parser errors (and the body limits' ApiErrors) as one line
+            raise e if isinstance(e, ApiError) else ApiError(400, f"malformed form body: {first_line(e)}") from None
+        try:
+            return await _translate_form(request, form)
+        finally:
+            await form.close()
+
+    async def _translate_form(request: Request, form: Any) -> JSONResponse:
+        fields = {k: v for k in ("api_key", "source", "target")
+                  if isinstance(v := form.get(k, request.query_params.get(k)), str) and v}
+        api.authorize(request, fields.get("api_key"))
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise ApiError(400, "Invalid request: missing file parameter")
+        if not upload.filename:
+            raise ApiError(400, "Invalid request: empty file")
+        name = safe_name(upload.filename)
+        ext = "." + name.rpartition(".")[2].lower() if "." in name else ""
+        if FORMATS.get(ext) in REFUSED:
+            raise ApiError(400, f"Invalid request: {REFUSED[FORMATS[ext]]}")
+        if ext not in await asyncio.to_thread(supported_extensions):
+            raise ApiError(400, "Invalid request: file format not supported")
+        if (size := upload.size or 0) > limits.max_file_bytes:
+            raise ApiError(413, f"the file has {size} bytes, over the limit serve.max_file_bytes="
+                                f"{limits.max_file_bytes}", "serve.max_file_bytes")
+        source = fields.get("source")  # "auto": the one source language into target (documents are not detected)
+        service = api.models.route(None if (source or "").lower() == "auto" else source, fields.get("target"))
+        api.rate_limits.check(client := _client(request)[0], size)  # a file's characters: its bytes (as LibreTranslate)
+        token, entry = store.reserve()
+        job = asyncio.wrap_future(store.executor.submit(_translate, api, service, entry, upload, name, FORMATS[ext],
+                                                        service.model.langs[1], client))  # type: ignore[union-attr]
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait({job, gone}, timeout=limits.file_timeout + 5, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # (also when cancelled) an unfinished translation stops at its next slice of sentences; whatever
+            left = gone.done()  # did not end in a download link leaves no file once its thread has ended
+            gone.cancel()
+            entry.cancel.set()
+            job.add_done_callback(lambda _: entry.path is None and store.remove(token))
+        if not job.done():
+            raise ApiError(499, "client closed the request") if left else _timeout(limits.file_timeout)
+        error = ApiError(503, "the server is shutting down", retry_after=5) if job.cancelled() else job.exception()
+        if error is not None and not isinstance(error, ApiError):
+            log.error("file translation failed", exc_info=error)
+            error = ApiError(500, f"Cannot translate file: {first_line(error)}")
+        if error is not None:
+            raise error
+        entry.path = job.result()
+        entry.expires = time.monotonic() + limits.file_ttl
+        return JSONResponse({"translatedFileUrl": str(request.url_for("download_file", token=token))})
+
+    async def download_file(token: str) -> Any:
+        from starlette.background import BackgroundTask
+        from starlette.responses import FileResponse
+
+        store.sweep()
+        entry = store.entries.get(token) if re.fullmatch(r"[A-Za-z0-9_-]{20,64}", token) else None
+        if entry is None or entry.path is None:
+            raise ApiError(404, f"no file {shown(token, 12)}: a link is used once, within serve.file_ttl="
+                                f"{limits.file_ttl:g} s", "serve.file_ttl")
+        return FileResponse(entry.path, filename=entry.path.name, background=BackgroundTask(store.remove, token),
+                            headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
+
+    app.post("/translate_file", summary="LibreTranslate: translate a document (multipart file, source, target), "
+             "answered with its download URL")(translate_file)
+    app.get("/download_file/{token}", summary="LibreTranslate: the translated document (once, within "
+            "serve.file_ttl)")(download_file)
+    return store
+
+
+def _timeout(seconds: float) -> ApiError:
+    return ApiError(503, f"the file was not translated within serve.file_timeout={seconds:g} s", "serve.file_timeout",
+                    retry_after=seconds)
