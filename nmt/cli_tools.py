@@ -1,5 +1,5 @@
-"""The `nmt` commands around a trained model: average, score, plot, info, import, export (registered on the app of
-nmt.cli_common; nmt.cli imports this module)."""
+"""The `nmt` commands around a trained model: average, score, plot, info, import, export, explain (registered on the
+app of nmt.cli_common; nmt.cli imports this module)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from nmt.errors import NmtError, first_line
 from nmt.serve.batcher import Closed, Full
 from nmt.serve.http_errors import ApiError, shown
 from nmt.serve.libre_settings import supported_extensions
-from nmt.serve.native import Api, _client, _disconnected
+from nmt.serve.native import Api, client_of, disconnected
 from nmt.serve.web import FastAPI, JSONResponse, Request
 from nmt.serve.worker import Service
 
@@ -201,11 +201,11 @@ def add_routes(app: FastAPI, api: Api) -> FileStore:
                                 f"{limits.max_file_bytes}", "serve.max_file_bytes")
         source = fields.get("source")  # "auto": the one source language into target (documents are not detected)
         service = api.models.route(None if (source or "").lower() == "auto" else source, fields.get("target"))
-        api.rate_limits.check(client := _client(request)[0], size)  # a file's characters: its bytes (as LibreTranslate)
+        api.rate_limits.check(client := client_of(request)[0], size)  # its bytes count as characters (LibreTranslate)
         token, entry = store.reserve()
         job = asyncio.wrap_future(store.executor.submit(_translate, api, service, entry, upload, name, FORMATS[ext],
                                                         service.model.langs[1], client))  # type: ignore[union-attr]
-        gone = asyncio.ensure_future(_disconnected(request))
+        gone = asyncio.ensure_future(disconnected(request))
         try:
             await asyncio.wait({job, gone}, timeout=limits.file_timeout + 5, return_when=asyncio.FIRST_COMPLETED)
         finally:  # (also when cancelled) an unfinished translation stops at its next slice of sentences; whatever

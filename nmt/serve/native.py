@@ -41,7 +41,7 @@ class NativeRequest(BaseModel):
     api_key: str | None = None
 
 
-async def _disconnected(request: Request) -> None:
+async def disconnected(request: Request) -> None:
     """Returns when the client goes away (the body is read by now, so the next message can only be that)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
@@ -52,7 +52,7 @@ async def _results(request: Request, futures: list[Future], timeout: float) -> l
     (a shutdown past its time), what has not started is dropped from the queue."""
     gathered = asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
     gathered.add_done_callback(lambda g: g.cancelled() or g.exception())  # retrieved: no "never retrieved" log
-    gone = asyncio.ensure_future(_disconnected(request))
+    gone = asyncio.ensure_future(disconnected(request))
     try:
         await asyncio.wait({gathered, gone}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
@@ -65,7 +65,7 @@ async def _results(request: Request, futures: list[Future], timeout: float) -> l
     gathered.cancel()
     if gone.done() and not gone.cancelled():
         log.info("%s:%d left before its answer (%d sentences unanswered): those not started are dropped",
-                 *_client(request), sum(not f.done() for f in futures))
+                 *client_of(request), sum(not f.done() for f in futures))
         raise ApiError(499, "client closed the request")
     raise ApiError(503, f"not translated within serve.request_timeout={timeout:g} s (the server is busy)",
                    "serve.request_timeout", retry_after=timeout)
@@ -79,7 +79,7 @@ def _closing(closed: Closed) -> ApiError:
     return ApiError(503, str(closed), retry_after=5)
 
 
-def _client(request: Request) -> tuple[str, int]:
+def client_of(request: Request) -> tuple[str, int]:
     """Who a request is from: its address and port (the connection), as uvicorn gives it (behind a trusted proxy,
     the address it forwarded)."""
     return (request.client.host, request.client.port) if request.client else ("unknown", 0)
@@ -149,7 +149,7 @@ class Api:
 
     async def translate(self, request: Request, service: Service, lines: list[str], search: Search
                         ) -> list[Translation]:
-        client = _client(request)
+        client = client_of(request)
         self.rate_limits.check(client[0], sum(map(len, lines)))
         try:
             futures = service.batcher.submit(lines, search, client[0])  # type: ignore[union-attr]
