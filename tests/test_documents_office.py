@@ -1,4 +1,4 @@
-"""Office documents (docx, pptx, odt, epub) translated across inline formatting: built by the real libraries, read
+"""Office documents (docx, pptx, odt) translated across inline formatting: built by the real libraries, read
 back by them; a fake translator reverses and uppercases the words (alignment i -> n-1-i), so a bold word must move
 with its word; every part but the text-bearing ones byte-identical, and those equal but for the text."""
 
