@@ -23,6 +23,7 @@ from nmt.explain_model import dequantized
 from nmt.search import beam_search
 
 from .conftest import assert_one_line_error, run_cli
+from .test_serve_page import browser_or_reason
 
 CHECKPOINT = Path(__file__).resolve().parent / "data" / "demo-model.pt"  # a fixed small demo model (test_golden.py)
 SENTENCE = "three hundred forty-two euros"
@@ -206,25 +207,11 @@ def test_the_trace_changes_nothing_and_says_what_was_kept():
 # --------------------------------------------------------------------------- the page
 
 
-def browser() -> Any:
-    """A headless Chromium through selenium, or a skip saying what is missing."""
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
-    binary = next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
-    driver = shutil.which("chromedriver")
-    if binary is None or driver is None:
-        pytest.skip("no chromium / chromedriver on PATH (Debian: apt-get install chromium chromium-driver)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1200,1000"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=webdriver.ChromeService(executable_path=driver), options=options)
-
-
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    driver = browser()
+    driver, reason = browser_or_reason()  # the serve page's tests' Chromium
+    if driver is None:
+        pytest.skip(f"no browser to test the page in: {reason}")
     try:
         yield driver
     finally:

@@ -17,7 +17,7 @@ from nmt import checkpoint
 from nmt.explain import explain_sentence, load
 from nmt.explain_model import dequantized
 
-from .test_explain import SENTENCE, browser, wait_for
+from .test_explain import SENTENCE, chromium, wait_for  # noqa: F401  (chromium: a fixture)
 from .test_serve import CHECKPOINT, LIMITS, Server, serving
 
 SECOND = "forty-one red cars"
@@ -107,16 +107,7 @@ def test_the_renderer_is_served_and_listed(server):
 # --------------------------------------------------------------------------- in a browser
 
 
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    driver = browser()
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def test_a_click_shows_the_line_inside_the_model(server, chromium):
+def test_a_click_shows_the_line_inside_the_model(server, chromium):  # noqa: F811  (the imported fixture)
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 

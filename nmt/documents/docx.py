@@ -12,8 +12,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from nmt.documents.office_ooxml import Dialect, translate_parts
-from nmt.documents.safezip import open_zip, removed_on_error
+from nmt.documents.office_ooxml import Dialect, translate_package
 from nmt.inline import Paragraph, Piece
 
 W = Dialect("http://schemas.openxmlformats.org/wordprocessingml/2006/main", link="hyperlink", fields=True,
@@ -23,8 +22,4 @@ PARTS = re.compile(r"word/(document|header\d*|footer\d*|footnotes|endnotes|comme
 
 def translate(src: Path, dst: Path, translate_paragraphs: Callable[[list[Paragraph]], list[list[Piece]]]) -> int:
     """`src` translated into `dst`; the number of paragraphs translated."""
-    with removed_on_error(dst), open_zip(src, "docx", "word/document.xml") as box:
-        names = [name for name in box.names() if PARTS.fullmatch(name)]
-        parts, count = translate_parts(box, names, W, "p", translate_paragraphs)
-        box.write(dst, parts)
-    return count
+    return translate_package(src, dst, "docx", "word/document.xml", PARTS, W, translate_paragraphs)

@@ -18,12 +18,14 @@ untouched."""
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from lxml import etree
 
-from nmt.documents.safezip import SafeZip, serialize
+from nmt.documents.safezip import SafeZip, open_zip, removed_on_error, serialize
 from nmt.inline import Paragraph, Piece, Run
 
 TranslateParagraphs = Callable[[list[Paragraph]], list[list[Piece]]]
@@ -280,3 +282,14 @@ def translate_parts(box: SafeZip, names: list[str], d: Dialect, paragraph_tag: s
     for p, pieces in zip(paragraphs, rendered, strict=True):
         p.write(pieces)
     return {name: serialize(tree, box.read(name)) for name, tree in trees.items()}, len(paragraphs)
+
+
+def translate_package(src: Path, dst: Path, kind: str, required: str, parts: re.Pattern, d: Dialect,
+                      translate_paragraphs: TranslateParagraphs) -> int:
+    """A docx or pptx `src` (`kind`, its main part `required`) translated into `dst`: the paragraphs of every part
+    whose name matches `parts`; the number of paragraphs translated."""
+    with removed_on_error(dst), open_zip(src, kind, required) as box:
+        names = [name for name in box.names() if parts.fullmatch(name)]
+        new_parts, count = translate_parts(box, names, d, "p", translate_paragraphs)
+        box.write(dst, new_parts)
+    return count

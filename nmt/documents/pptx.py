@@ -10,8 +10,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from nmt.documents.office_ooxml import Dialect, translate_parts
-from nmt.documents.safezip import open_zip, removed_on_error
+from nmt.documents.office_ooxml import Dialect, translate_package
 from nmt.inline import Paragraph, Piece
 
 A = Dialect("http://schemas.openxmlformats.org/drawingml/2006/main", keep_last=frozenset({"endParaRPr"}))
@@ -20,8 +19,4 @@ PARTS = re.compile(r"ppt/(slides/slide|notesSlides/notesSlide)\d+\.xml")
 
 def translate(src: Path, dst: Path, translate_paragraphs: Callable[[list[Paragraph]], list[list[Piece]]]) -> int:
     """`src` translated into `dst`; the number of paragraphs translated."""
-    with removed_on_error(dst), open_zip(src, "pptx", "ppt/presentation.xml") as box:
-        names = [name for name in box.names() if PARTS.fullmatch(name)]
-        parts, count = translate_parts(box, names, A, "p", translate_paragraphs)
-        box.write(dst, parts)
-    return count
+    return translate_package(src, dst, "pptx", "ppt/presentation.xml", PARTS, A, translate_paragraphs)
