@@ -125,6 +125,10 @@ def translate(
     target_lang: Annotated[str | None, typer.Option(
         help="Target language of a multilingual model: puts its code >>LANG<< (e.g. fra) before every line "
              "(decode.prefix).")] = None,
+    glossary: Annotated[Path | None, typer.Option(
+        help="Terms the output must hold: a UTF-8 file of 'source<TAB>target' lines (an empty target: keep the "
+             "source's words untranslated). Whole words, any case; list inflected forms separately. Lines without "
+             "terms are translated exactly as without it; the others by constrained beam search.")] = None,
     scores: Annotated[bool, typer.Option(
         "--scores", help="Append '<TAB>log-prob' (the sum of token log-probabilities, EOS included) to each "
                          "output line, n-best lines included.")] = False,
@@ -160,7 +164,7 @@ def translate(
         checkpoint=checkpoint, device=device, dtype=dtype, threads=threads, quantize=quantize,
         scores=scores, attention_dir=attention, attention_layer=attention_layer, all_heads=all_heads,
         encoder_attention=encoder_attention, alignment=alignment, progress=progress, format=format,
-        config_given=config is not None, decode_overrides=settings,
+        glossary=glossary, config_given=config is not None, decode_overrides=settings,
         decode_changes={k: v for k, v in changes.items() if v is not None},
     )
     translate_file(_config(config, settings), opts, input, output)
@@ -189,6 +193,9 @@ def serve(
                                    "'Authorization: Bearer KEY' header (403 otherwise).")] = None,
     access_log: Annotated[bool, typer.Option(
         "--access-log/--no-access-log", help="Log each request on stderr.")] = True,
+    glossary: Annotated[Path | None, typer.Option(
+        help="Terms every translation must hold (serve.glossary; file format: nmt translate --glossary). A "
+             "/v1/translate request may add its own in its glossary field.")] = None,
 ) -> None:
     """Serve translations over HTTP with dynamic batching (needs nmt\\[serve]): LibreTranslate-compatible
     POST /translate, POST /detect and GET /languages, native POST /v1/translate, GET /health, GET /v1/info, and a
@@ -202,7 +209,7 @@ def serve(
     """
     from nmt.serve import ServeOptions, run  # run: FastAPI, or the error line naming the serve extra
 
-    settings = _settings(overrides, **{"serve.host": host, "serve.port": port})
+    settings = _settings(overrides, **{"serve.host": host, "serve.port": port, "serve.glossary": glossary})
     opts = ServeOptions(checkpoints=checkpoint or [], device=device, dtype=dtype, threads=threads, quantize=quantize,
                         api_key=api_key, access_log=access_log, config_given=config is not None,
                         decode_overrides=settings)

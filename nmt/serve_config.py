@@ -48,6 +48,9 @@ class ServeConfig:
     file_timeout: float = 600.0
     max_files: int = 64
     file_ttl: float = 1800.0  # LibreTranslate's 30 minutes
+    # terminology (nmt.glossary): a file every translation obeys, and the terms one /v1/translate request may add
+    glossary: str | None = None
+    max_terms: int = 1000
     shutdown_timeout: float = 60.0  # on SIGTERM/Ctrl-C: queued work that fits is finished, the rest gets 503
 
     def hosts(self) -> list[str]:
@@ -62,7 +65,7 @@ def check_serve(s: ServeConfig) -> None:
     if not 0 <= s.port < 2**16:
         raise ConfigError(f"serve.port must be in [0, 65535], got {s.port}")
     for key in ("max_body_bytes", "max_sentences", "max_chars", "max_beam", "max_connections", "max_file_bytes",
-                "max_file_sentences", "max_files"):
+                "max_file_sentences", "max_files", "max_terms"):
         if getattr(s, key) <= 0:
             raise ConfigError(f"serve.{key} must be > 0, got {getattr(s, key)}")
     for key in ("requests_per_minute", "chars_per_minute"):

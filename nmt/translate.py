@@ -21,11 +21,12 @@ from typing import IO, Any
 
 import torch
 
-from nmt import documents
+from nmt import documents, glossary
 from nmt.batching import collate
 from nmt.config import Config
 from nmt.device import keep_freed_memory
 from nmt.errors import NmtError
+from nmt.glossary import Glossary
 from nmt.io import atomic_output
 from nmt.log import console, progress_bar, show_progress
 from nmt.rundir import checkpoint_to_translate
@@ -43,6 +44,7 @@ class TranslateOptions(ModelOptions):
     alignment: Path | None = None
     progress: bool | None = None
     format: str | None = None  # --format: a document format, "lines", or None: by the input's extension
+    glossary: Path | None = None  # --glossary terms.tsv (nmt.glossary)
 
 
 # --------------------------------------------------------------------------- files
@@ -124,8 +126,9 @@ def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, outp
     if input is not None and not input.is_file():
         raise NmtError(f"input file not found: {input}")
     fmt = documents.detect_format(input, opts.format)
+    terms = glossary.load(opts.glossary) if opts.glossary else None
     if fmt is not None:
-        return translate_document_file(cfg, opts, fmt, input, output)
+        return translate_document_file(cfg, opts, fmt, input, output, terms)
     translator = _load(cfg, opts)
     decode = translator.decode
     need_attention = opts.attention_dir is not None or opts.alignment is not None
@@ -141,7 +144,7 @@ def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, outp
         bar = stack.enter_context(_progress(show_bar, _count_lines(input) if show_bar and input else None))
         count = 0
         lines = InputLines(stream, str(input or "<stdin>"), warn)
-        results = translator.stream(lines, need_attention=need_attention, waiting=lines.waiting)
+        results = translator.stream(lines, need_attention=need_attention, waiting=lines.waiting, glossary=terms)
         for count, result in enumerate(results, 1):
             out.write(format_translation(result, count, decode.nbest, opts.scores))
             if visuals is not None:
@@ -164,7 +167,7 @@ def _load(cfg: Config, opts: TranslateOptions) -> Translator:
 
 
 def translate_document_file(cfg: Config, opts: TranslateOptions, fmt: str, input: Path | None,
-                            output: Path | None) -> int:
+                            output: Path | None, terms: Glossary | None = None) -> int:
     """`nmt translate` of a document (nmt.documents): its format kept; without --output a text format goes to
     stdout. Returns the number of paragraphs translated."""
     if input is None:
@@ -181,7 +184,7 @@ def translate_document_file(cfg: Config, opts: TranslateOptions, fmt: str, input
         target = output
         if target is None:
             target = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nmt-"))) / input.name
-        report = documents.translate_document(translator, input, target, fmt)
+        report = documents.translate_document(translator, input, target, fmt, glossary=terms)
         if output is None:
             sys.stdout.buffer.write(target.read_bytes())
             sys.stdout.flush()

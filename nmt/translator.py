@@ -19,6 +19,7 @@ from nmt.checkpoint import Checkpoint
 from nmt.config import Config, DecodeConfig, check_decode
 from nmt.device import pick_device
 from nmt.errors import NmtError
+from nmt.glossary import Glossary, obeyed
 from nmt.log import console
 from nmt.precision import for_inference, prepare
 from nmt.search import Hypothesis, beam_search, greedy_search
@@ -120,11 +121,37 @@ class Translator:
             return greedy_search(self.model, src, **penalty, **common)
         return beam_search(self.model, src, beam=d.beam, nbest=d.nbest, **penalty, **common)
 
+    def _obey(self, results: list[Translation], glossary: Glossary, need_attention: bool, d: DecodeConfig) -> None:
+        """Lines whose hypotheses miss a term of `glossary` are searched again with the terms as constraints
+        (nmt.glossary says what that costs); the others stay as they are."""
+        from nmt.constrained import constrained_search
+
+        ids, continues = self.special, self._continues_word()
+        for r in results:
+            matches = glossary.find(r.source) if r.hypotheses else []
+            if not matches or all(obeyed(text, m) for text in r.text for m in matches):
+                continue
+            constraints = [[seq for seq in self.tokenizer.encode_tgt(list(m.forms)) if seq] for m in matches]
+            src = torch.tensor([r.src_ids + [ids.eos]], device=self.device)
+            r.hypotheses = constrained_search(
+                self.model, src, [c for c in constraints if c], continues, bos=ids.bos, eos=ids.eos, pad=ids.pad,
+                beam=max(d.beam, d.nbest), nbest=d.nbest, length_penalty=d.length_penalty,
+                length_penalty_type=d.length_penalty_type, max_len_a=d.max_len_a, max_len_b=d.max_len_b,
+                need_attention=need_attention, attention_layer=self.attention_layer)
+            r.text = self.tokenizer.decode_tgt([h.tokens for h in r.hypotheses])
+
+    def _continues_word(self) -> torch.Tensor:
+        """[V] bool: target pieces that go on the word before them (no leading "▁", a letter or digit first)."""
+        if getattr(self, "_continues", None) is None:
+            pieces = self.tokenizer.tgt_pieces(list(range(self.tokenizer.tgt_vocab_size)))
+            self._continues = torch.tensor([not p.startswith("\u2581") and p[:1].isalnum() for p in pieces])
+        return self._continues
+
     @torch.inference_mode()
     def translate_chunk(self, lines: list[str], *, first_line: int = 1, need_attention: bool = False,
-                        **search: Any) -> list[Translation]:
+                        glossary: Glossary | None = None, **search: Any) -> list[Translation]:
         """Translate a list of lines; results come back in input order. `search`: DecodeConfig fields that
-        differ for this call (beam=4, nbest=4, ...)."""
+        differ for this call (beam=4, nbest=4, ...). `glossary`: terms the translations must hold (nmt.glossary)."""
         decode = self.settings(**search)
         prefix, max_src = self.prefix_ids(decode.prefix), self.max_src(**search)
         sources = list(lines)
@@ -143,10 +170,13 @@ class Translator:
             for r, hyps in zip(rows, self._search(batch.src.to(self.device), need_attention, decode)):
                 results[r].hypotheses = hyps
                 results[r].text = self.tokenizer.decode_tgt([h.tokens for h in hyps])
+        if glossary:
+            self._obey(results, glossary, need_attention, decode)
         return results
 
     def stream(self, lines: Iterable[str], *, need_attention: bool = False,
-               waiting: Callable[[], bool] = lambda: True, **search: Any) -> Iterator[Translation]:
+               waiting: Callable[[], bool] = lambda: True, glossary: Glossary | None = None,
+               **search: Any) -> Iterator[Translation]:
         """Translate an iterable of lines chunk by chunk (bounded memory). A chunk is cut early when
         `waiting()` says no further line is there yet: what has arrived is answered now, never held back
         waiting for more (an interactive user, a pipe that sends a line and waits). `search` as for
@@ -156,8 +186,10 @@ class Translator:
         for line in lines:
             chunk.append(line)
             if len(chunk) >= chunk_lines or not waiting():
-                yield from self.translate_chunk(chunk, first_line=first, need_attention=need_attention, **search)
+                yield from self.translate_chunk(chunk, first_line=first, need_attention=need_attention,
+                                                glossary=glossary, **search)
                 first += len(chunk)
                 chunk = []
         if chunk:
-            yield from self.translate_chunk(chunk, first_line=first, need_attention=need_attention, **search)
+            yield from self.translate_chunk(chunk, first_line=first, need_attention=need_attention,
+                                                glossary=glossary, **search)

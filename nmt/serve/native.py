@@ -12,12 +12,14 @@ import logging
 from concurrent.futures import Future
 from typing import Any
 
+from nmt import glossary
 from nmt.errors import first_line
 from nmt.serve.batcher import Closed, Full
 from nmt.serve.bodies import json_object
-from nmt.serve.http_errors import ApiError, shown, validation_message
+from nmt.serve.http_errors import ApiError, validation_message
 from nmt.serve.models import Models
 from nmt.serve.ratelimit import RateLimits
+from nmt.serve.requested import requested_search
 from nmt.serve.web import BaseModel, ConfigDict, Field, HTTPException, JSONResponse, Request, ValidationError
 from nmt.serve.worker import Search, Service
 from nmt.serve_config import ServeConfig
@@ -38,6 +40,9 @@ class NativeRequest(BaseModel):
     attention: bool = Field(False, description="Add the best translation's cross-attention: source and target "
                                                "pieces and weights[target][source] (what `nmt translate "
                                                "--attention` plots).")
+    glossary: dict[str, str] | None = Field(None, description="Terms the translations must hold, {source: target} "
+                                           "(an empty target: keep the source words), on top of the server's "
+                                           "--glossary; rules as `nmt translate --glossary`.")
     api_key: str | None = None
 
 
@@ -94,6 +99,7 @@ class Api:
         self.rate_limits = RateLimits(limits)
         self.detector: Any = None  # nmt.serve.detect.Detector over the languages served, built on first use
         self.requests = 0  # translation requests being answered (event-loop thread only)
+        self.glossary = glossary.load(limits.glossary) if limits.glossary else None
 
     # ---- checks
     def authorize(self, request: Request, body_key: Any) -> None:
@@ -135,17 +141,11 @@ class Api:
         prefix = f"Invalid request: request ({size}) exceeds text limit ({most}): " if libre else ""
         raise ApiError(400, prefix + ours, key)
 
-    def search(self, service: Service, beam: int | None, nbest: int | None) -> Search:
-        """The request's search settings (the model's where it asks for none), within serve.max_beam."""
-        decode, limit = service.model.translator.decode, self.limits.max_beam  # type: ignore[union-attr]
-        for name, value in (("beam", beam), ("nbest", nbest)):
-            if value is not None and value > limit:
-                raise ApiError(400, f"{name} {shown(value)} is over the limit serve.max_beam={limit}", "serve.max_beam")
-        beam = decode.beam if beam is None else beam
-        nbest = min(decode.nbest, beam) if nbest is None else nbest
-        if nbest > beam:
-            raise ApiError(422, f"nbest must be between 1 and the beam size ({beam}), got {nbest}")
-        return Search(beam, nbest)
+    def search(self, service: Service, beam: int | None, nbest: int | None,
+               terms: dict[str, str] | None = None) -> Search:
+        """The request's search settings (nmt.serve.requested)."""
+        return requested_search(service.model.translator.decode, self.limits, self.glossary,  # type: ignore[union-attr]
+                                beam, nbest, terms)
 
     async def translate(self, request: Request, service: Service, lines: list[str], search: Search
                         ) -> list[Translation]:
@@ -199,8 +199,9 @@ class Api:
         models = self.models.info()
         return JSONResponse({**{k: models[0][k] for k in ("model", "languages", "decode", "device", "dtype",
                                                           "quantize")}, "models": models,
-                             "serve": {k: v for k, v in dataclasses.asdict(self.limits).items()
-                                       if k not in ("host", "port")}})
+                             "serve": {**{k: v for k, v in dataclasses.asdict(self.limits).items()
+                                          if k not in ("host", "port", "glossary")},  # not the server's paths
+                                       "glossary_terms": len(self.glossary.terms) if self.glossary else 0}})
 
     async def native(self, request: Request) -> JSONResponse:
         self.models.ready()
@@ -215,7 +216,7 @@ class Api:
                 raise ApiError(422, f"sentence {i} holds a line break: send each line as its own sentence")
         self.check_sentences(req.sentences)
         service = self.models.route(req.source, req.target)
-        search = self.search(service, req.beam, req.nbest)._replace(attention=req.attention)
+        search = self.search(service, req.beam, req.nbest, req.glossary)._replace(attention=req.attention)
         results = await self.translate(request, service, req.sentences, search)
         answers = [_native_answer(r, search.nbest, req.scores) for r in results]
         if req.attention:

@@ -15,6 +15,7 @@ import torch
 
 from nmt.config import Config, ServeConfig
 from nmt.errors import NmtError, first_line
+from nmt.glossary import Glossary
 from nmt.log import console
 from nmt.serve.batcher import Batcher
 from nmt.translator import ModelOptions, Translation, Translator
@@ -34,6 +35,7 @@ class Search(NamedTuple):
     nbest: int
     attention: bool = False  # the cross-attention of each best hypothesis (the web page's heatmap)
     explain: tuple[int, int] | None = None  # (top_k, query): nmt.explain's data instead of a Translation
+    glossary: Glossary | None = None  # terms the translations must hold (the server's and the request's)
 
 
 @dataclass
@@ -152,4 +154,4 @@ class Service:
             return [explain_sentence(self.model.translator, line, top_k=top_k, query=query, beam=search.beam)
                     for line in lines]
         return self.model.translator.translate_chunk(lines, beam=search.beam, nbest=search.nbest,
-                                                     need_attention=search.attention)
+                                                     need_attention=search.attention, glossary=search.glossary)

@@ -1,0 +1,146 @@
+"""Terminology: a glossary of fixed translations that the output obeys (`--glossary terms.tsv`).
+
+The file: UTF-8, one term per line, `source<TAB>target`; an empty target means "do not translate": the source's own
+words appear in the output as they are written in the source. Blank lines and lines starting with `#` are skipped.
+
+Matching, the stated rules:
+- a term matches whole words of the source, never inside a longer word, and case-insensitively ("Dog" at the start
+  of a sentence matches "dog"); a space inside a term matches any run of whitespace;
+- inflected forms are not guessed: list each form you need ("dog", "dogs"). A stemmer would force a singular target
+  onto a plural source, and the model cannot inflect a word it is told to copy;
+- overlapping matches: the longest term wins (then the first);
+- the output holds the target as written, its first letter may be upper case (the start of a sentence). A term is
+  obeyed when one of those forms appears as whole words in the translation.
+
+What a glossary costs (nmt.translator): a line without terms is translated exactly as without a glossary; a line whose
+translation already has every target is kept as it is; the others are searched again by constrained beam search
+(nmt.constrained), in which the model writes the targets where it finds them most likely."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nmt.errors import NmtError
+
+MAX_TERM_CHARS = 200
+
+
+@dataclass(frozen=True)
+class Term:
+    source: str
+    target: str  # "" = do not translate
+
+
+@dataclass(frozen=True)
+class Match:
+    """A term found in a source line: `surface` is the source text it matched, at [start, end); `forms` what the
+    output may hold."""
+
+    term: Term
+    surface: str
+    forms: tuple[str, ...]
+    start: int = 0
+    end: int = 0
+
+
+@dataclass(frozen=True)
+class Glossary:
+    """Terms, hashable (a serve batch is keyed by it); `find` and `obeyed` are the matching rules above."""
+
+    terms: tuple[Term, ...] = ()
+    _pattern: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+    _by_key: dict[str, Term] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.terms:
+            longest_first = sorted(self.terms, key=lambda t: -len(t.source))
+            alternatives = "|".join(_words_pattern(t.source) for t in longest_first)
+            object.__setattr__(self, "_pattern", re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE))
+            object.__setattr__(self, "_by_key", {_key(t.source): t for t in self.terms})
+
+    def __bool__(self) -> bool:
+        return bool(self.terms)
+
+    def find(self, text: str) -> list[Match]:
+        """The terms in `text`, in source order, each once per occurrence."""
+        if self._pattern is None:
+            return []
+        found = []
+        for m in self._pattern.finditer(text):
+            term = self._by_key[_key(m.group())]
+            found.append(Match(term, m.group(), _forms(term.target or m.group()), m.start(), m.end()))
+        return found
+
+    def merged(self, other: Glossary | None) -> Glossary:
+        """These terms with `other`'s on top (a request's glossary over the server's)."""
+        if not other:
+            return self
+        mine = {_key(t.source): t for t in self.terms}
+        mine.update({_key(t.source): t for t in other.terms})
+        return Glossary(tuple(mine.values()))
+
+
+def obeyed(text: str, match: Match) -> bool:
+    """Whether the translation `text` holds one of the match's forms as whole words."""
+    return any(re.search(rf"(?<!\w){_words_pattern(form)}(?!\w)", text) for form in match.forms)
+
+
+def from_pairs(pairs: Iterable[tuple[str, str]] | Mapping[str, str], where: str = "glossary term",
+               numbers: list[int] | None = None) -> Glossary:
+    """A glossary from (source, target) pairs; a one-line NmtError ("{where} {number}: ...", numbers: the pairs'
+    line numbers, else 1, 2, ...) for an empty or over-long term or a source given twice with different targets."""
+    items = list(pairs.items() if isinstance(pairs, Mapping) else pairs)
+    terms: dict[str, Term] = {}
+    for n, (source, target) in zip(numbers or range(1, len(items) + 1), items):
+        source, target = " ".join(str(source).split()), " ".join(str(target).split())
+        if not source:
+            raise NmtError(f"{where} {n}: the source term is empty")
+        if len(source) > MAX_TERM_CHARS or len(target) > MAX_TERM_CHARS:
+            raise NmtError(f"{where} {n}: over {MAX_TERM_CHARS} characters")
+        old = terms.get(_key(source))
+        if old is not None and old.target != target:
+            raise NmtError(f"{where} {n}: '{source}' is already given as '{old.target}'")
+        terms[_key(source)] = Term(source, target)
+    return Glossary(tuple(terms.values()))
+
+
+def load(path: Path | str) -> Glossary:
+    """A glossary file (see the module docstring); one-line errors name the file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NmtError(f"glossary {path}: no such file") from None
+    except UnicodeDecodeError:
+        raise NmtError(f"glossary {path}: not UTF-8 text") from None
+    except OSError as e:
+        raise NmtError(f"glossary {path}: {e.strerror or e}") from None
+    pairs, numbers = [], []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if "\t" not in line:
+            raise NmtError(f"glossary {path} line {n}: no TAB between the source term and its target")
+        source, target = line.split("\t", 1)
+        if "\t" in target:
+            raise NmtError(f"glossary {path} line {n}: more than one TAB (source<TAB>target)")
+        pairs.append((source, target))
+        numbers.append(n)
+    return from_pairs(pairs, f"glossary {path} line", numbers)
+
+
+def _key(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def _words_pattern(text: str) -> str:
+    return r"\s+".join(re.escape(w) for w in text.split())
+
+
+def _forms(text: str) -> tuple[str, ...]:
+    """The target as written and with an upper-case first letter (a sentence's start)."""
+    capital = text[:1].upper() + text[1:]
+    return (text,) if capital == text else (text, capital)
