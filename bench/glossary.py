@@ -51,6 +51,25 @@ def words(line: str) -> set[str]:
     return set(_WORD.findall(line))
 
 
+def dice_dictionary(train_src: list[str], train_ref: list[str], candidates: set[str]) -> dict[str, tuple[float, str]]:
+    """Each candidate source word (lower case) -> (Dice, the target word the training pairs hold with it most)."""
+    pair: Counter = Counter()
+    count_s: Counter = Counter()
+    count_t: Counter = Counter()
+    for s, t in zip(train_src, train_ref):
+        ss = {w.lower() for w in words(s)} & candidates
+        ts = words(t)
+        count_s.update(ss)
+        count_t.update(ts)
+        pair.update((a, b) for a in ss for b in ts)
+    best: dict[str, tuple[float, str]] = {}
+    for (a, b), c in pair.items():
+        dice = 2 * c / (count_s[a] + count_t[b])
+        if dice > best.get(a, (0.0, ""))[0]:
+            best[a] = (dice, b)
+    return best
+
+
 def draw_glossary(train_src: list[str], train_ref: list[str], src: list[str], ref: list[str], n: int,
                   seed: int) -> Glossary:
     """See the module docstring."""
@@ -62,18 +81,7 @@ def draw_glossary(train_src: list[str], train_ref: list[str], src: list[str], re
             if len(w) >= 4 and w not in STOP:
                 where.setdefault(w, []).append(i)
     candidates = {w: rows for w, rows in where.items() if len(rows) >= 2}
-    pair, count_s, count_t = Counter(), Counter(), Counter()
-    for s, t in zip(train_src, train_ref):
-        ss = {w.lower() for w in words(s)} & candidates.keys()
-        ts = words(t)
-        count_s.update(ss)
-        count_t.update(ts)
-        pair.update((a, b) for a in ss for b in ts)
-    best: dict[str, tuple[float, str]] = {}
-    for (a, b), c in pair.items():
-        dice = 2 * c / (count_s[a] + count_t[b])
-        if dice > best.get(a, (0.0, ""))[0]:
-            best[a] = (dice, b)
+    best = dice_dictionary(train_src, train_ref, set(candidates))
     eligible = sorted(a for a, (dice, b) in best.items()
                       if dice >= 0.3 and sum(b in test_ref[i] for i in candidates[a]) >= 0.8 * len(candidates[a]))
     chosen = random.Random(seed).sample(eligible, min(n, len(eligible)))

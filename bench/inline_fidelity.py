@@ -9,6 +9,7 @@ a mistranslated one counts as a failure in the overall figure and is left out of
 
     python bench/inline_fidelity.py                      # 200 sentences, every alignment method
     python bench/inline_fidelity.py --n 500 --methods search argmax
+    python bench/inline_fidelity.py --corpus multi30k --checkpoint runs/multi30k-en-de/averaged.pt --methods search
 
 Methods: where the scores come from, then how the hard alignment is made (nmt.inline_align.links). Scores:
 the decoder's last layer as the search computed it (no extra pass); `layer0`, the first layer (search with
@@ -98,6 +99,33 @@ def cases(n: int, seed: int = 7) -> list[Case]:
     return out
 
 
+def multi30k_cases(n: int, seed: int = 7) -> list[Case]:
+    """`n` test2016 sentences (held out from training) with one tagged word: a word of 4+ letters (not a function
+    word) whose translation the training pairs give (bench/glossary.py's Dice dictionary, at least 0.3) and the
+    sentence's reference holds."""
+    from glossary import M30, STOP, dice_dictionary, words
+
+    read = lambda name: (M30 / name).read_text(encoding="utf-8").splitlines()  # noqa: E731
+    src, ref = read("test2016.en"), read("test2016.de")
+    candidates = {w.lower() for line in src for w in words(line) if len(w) >= 4 and w.lower() not in STOP}
+    known = {a: b for a, (dice, b) in dice_dictionary(read("train.en"), read("train.de"), candidates).items()
+             if dice >= 0.3}
+    rng, out = random.Random(seed), []
+    for k in rng.sample(range(len(src)), len(src)):
+        tokens = src[k].split()
+        bare = [t.strip(".,!?;:\"'").lower() for t in tokens]
+        usable = [i for i, w in enumerate(bare) if w in known and bare.count(w) == 1 and known[w] in words(ref[k])]
+        if not usable:
+            continue
+        i = rng.choice(usable)
+        start = len(" ".join(tokens[:i])) + (1 if i else 0)
+        start += len(tokens[i]) - len(tokens[i].lstrip(".,!?;:\"'"))
+        out.append(Case(src[k], start, start + len(bare[i]), [known[bare[i]]]))
+        if len(out) == n:
+            break
+    return out
+
+
 def matrices(translator: Translator, results: list, method: str) -> list:
     """Each result's piece attention for `method` (None: the search's own)."""
     source, following = METHODS[method][:2]
@@ -163,9 +191,11 @@ def main() -> None:
     p.add_argument("--checkpoint", type=Path, default=CHECKPOINT)
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     p.add_argument("--show", type=int, default=8, help="failures shown per method")
+    p.add_argument("--corpus", choices=["demo", "multi30k"], default="demo",
+                   help="demo: held-out demo sentences (the demo model); multi30k: test2016 (a Multi30k en-de model)")
     args = p.parse_args()
     torch.set_num_threads(1)
-    sample = cases(args.n)
+    sample = cases(args.n) if args.corpus == "demo" else multi30k_cases(args.n)
     print(f"{args.checkpoint.name}: {len(sample)} held-out sentences, one tagged span each")
     searched: dict[bool, tuple[Translator, list]] = {}  # one search per attention layer read, for every method
     for method in args.methods:

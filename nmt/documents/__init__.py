@@ -35,14 +35,13 @@ FORMATS = {".txt": "txt", ".md": "md", ".markdown": "md", ".html": "html", ".htm
            ".vtt": "vtt", ".docx": "docx", ".pptx": "pptx", ".odt": "odt", ".epub": "epub", ".pdf": "pdf"}
 # format name -> module of nmt.documents
 MODULES = {"txt": "txt", "md": "md", "html": "html", "srt": "subtitles", "vtt": "subtitles", "docx": "docx",
-           "pptx": "pptx", "odt": "odt"}
+           "pptx": "pptx", "odt": "odt", "epub": "epub"}
 BINARY = frozenset({"docx", "pptx", "odt", "epub", "pdf"})  # no stdout for these: --output is required
 LINES = "lines"  # `nmt translate --format lines`: the line-by-line path
 # .txt keeps `nmt translate`'s line-by-line behaviour unless --format txt asks for paragraphs
 AUTO = {ext: name for ext, name in FORMATS.items() if name != "txt"}
 REFUSED = {"pdf": "PDF is refused: a PDF places each line of text at fixed coordinates, so translated text (longer, "
-                  "reordered) loses its layout; convert it to .docx (e.g. LibreOffice) and translate that",
-           "epub": "EPUB is not supported yet: convert it to .html or .docx (e.g. with Calibre's ebook-convert)"}
+                  "reordered) loses its layout; convert it to .docx (e.g. LibreOffice) and translate that"}
 MAX_BYTES = 20 * 2**20  # a text document is far smaller; a binary one's unpacked size is its module's to limit
 EXTRA = "pip install 'nmt[documents]'"
 

@@ -51,7 +51,7 @@ class HtmlDoc:
 
     texts: list[str]
     # The fragment: markup between paragraphs (kept as it is) and paragraphs (sentences across inline tags).
-    _parts: list[str | HtmlParagraph] = field(default_factory=list, repr=False)
+    parts: list[str | HtmlParagraph] = field(default_factory=list, repr=False)
 
     def render(self, translations: Sequence[str | Aligned]) -> str:
         """The fragment with texts[i] replaced by translations[i] (with word alignments, or plain: placed in order),
@@ -59,7 +59,7 @@ class HtmlDoc:
         if len(translations) != len(self.texts):
             raise ValueError(f"{len(translations)} translations for {len(self.texts)} texts")
         out, at = [], 0
-        for part in self._parts:
+        for part in self.parts:
             if isinstance(part, str):
                 out.append(part)
                 continue
@@ -69,13 +69,13 @@ class HtmlDoc:
 
     def paragraphs(self) -> list[Paragraph]:
         """The paragraphs with text to translate, in order (what `write` takes the rendered pieces of)."""
-        return [p.paragraph for p in self._parts if isinstance(p, HtmlParagraph) and p.paragraph is not None]
+        return [p.paragraph for p in self.parts if isinstance(p, HtmlParagraph) and p.paragraph is not None]
 
     def write(self, pieces: Sequence[Sequence[Piece]]) -> str:
         """The fragment with each of `paragraphs()` written from its rendered pieces, the rest as it was."""
         rendered = iter(pieces)
         return "".join(part if isinstance(part, str) else part.write(next(rendered)) if part.paragraph else part._raw
-                       for part in self._parts)
+                       for part in self.parts)
 
 
 def translate(src: Path, dst: Path, translate_paragraphs: TranslateParagraphs) -> int:
@@ -87,9 +87,9 @@ def translate(src: Path, dst: Path, translate_paragraphs: TranslateParagraphs) -
     return len(paragraphs)
 
 
-def parse_html(fragment: str) -> HtmlDoc:
+def parse_html(fragment: str, xml: bool = False) -> HtmlDoc:
     """Cut `fragment` into paragraphs and the markup between them (their concatenation is `fragment`) and collect
-    the sentences."""
+    the sentences. `xml`: XHTML (an EPUB's), where "<span/>" is an empty element, not a start tag."""
     doc = HtmlDoc(texts=[])
     tokens: list[Token] = []
 
@@ -97,12 +97,12 @@ def parse_html(fragment: str) -> HtmlDoc:
         if tokens:
             paragraph = HtmlParagraph(tokens)
             doc.texts.extend(paragraph.texts)
-            doc._parts.append(paragraph)
+            doc.parts.append(paragraph)
             tokens.clear()
         if raw:
-            doc._parts.append(raw)
+            doc.parts.append(raw)
 
-    for raw, kind, tag in _source_slices(fragment):
+    for raw, kind, tag in source_slices(fragment, xml):
         if kind == "text":
             # A tag cut off by the fragment's end ("<div x") reaches us as text: from there on it is broken markup.
             cut = _TAG_LIKE.search(raw)
@@ -111,7 +111,8 @@ def parse_html(fragment: str) -> HtmlDoc:
                 tokens.extend(text_tokens(prose))
             if len(prose) < len(raw):
                 boundary(raw[len(prose):])
-        elif kind == "skip" and tag in INLINE_TAGS or kind == "start" and tag in INLINE_VOID:
+        elif (kind == "skip" and tag in INLINE_TAGS or kind == "start" and tag in INLINE_VOID
+              or kind == "empty" and (tag in INLINE_TAGS or tag in INLINE_VOID)):
             tokens.append(Token("atom", raw))
         elif kind in ("start", "end") and tag in INLINE_TAGS:
             tokens.append(Token("open" if kind == "start" else "close", raw, tag))
@@ -123,11 +124,12 @@ def parse_html(fragment: str) -> HtmlDoc:
 
 class _Scanner(HTMLParser):
     """Records each construct in document order as (source offset, kind, decoded text or tag); kind is "start",
-    "end", "markup" (comments, declarations), "text", or "skip" for what is to be left alone (inside code,
-    translate="no", ..., with the tags that open and close it)."""
+    "end", "empty" (XHTML's "<tag/>"), "markup" (comments, declarations), "text", or "skip" for what is to be left
+    alone (inside code, translate="no", ..., with the tags that open and close it)."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, xml: bool = False) -> None:
         super().__init__(convert_charrefs=True)
+        self._xml = xml
         self.events: list[tuple[int, str, str]] = []
         self._stack: list[tuple[str, bool]] = []  # open elements: (tag, text inside is skipped)
         # getpos() is (line, column); this turns it into an offset in the source.
@@ -146,8 +148,13 @@ class _Scanner(HTMLParser):
         if tag not in VOID_TAGS:
             self._stack.append((tag, skipped))
 
-    # "<br/>" opens nothing (void), but "<code/>" opens a <code> in browsers: the slash is ignored in HTML.
-    handle_startendtag = handle_starttag
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        """In HTML "<br/>" opens nothing (void), but "<code/>" opens a <code> in browsers: the slash is ignored; in
+        XHTML (`xml`) a "<tag/>" is an empty element, opening nothing."""
+        if not self._xml:
+            self.handle_starttag(tag, attrs)
+        else:
+            self._markup("skip" if self._skipping() or _skips(tag, attrs) else "empty", tag)
 
     def handle_endtag(self, tag: str) -> None:
         # Close up to the matching open element, as browsers do with unclosed inner ones; a stray end tag closes none.
@@ -177,13 +184,13 @@ def _skips(tag: str, attrs: list[tuple[str, str | None]]) -> bool:
             or not SKIP_CLASSES.isdisjoint(values.get("class", "").split()))
 
 
-def _source_slices(source: str) -> list[tuple[str, str, str]]:
+def source_slices(source: str, xml: bool = False) -> list[tuple[str, str, str]]:
     """`source` as consecutive (slice, kind, tag) triples: kind "text" (translatable text), "start"/"end" (a tag),
-    "skip" (a whole subtree left alone; tag: the one it starts with) or "markup". A construct runs from its own
-    offset to the next one's, consecutive text (skip) events make one slice, and a text node is only trusted when
-    decoding its slice gives what the parser decoded: markup the parser consumed silently (`</>`) then stays
-    markup."""
-    scanner = _Scanner(source)
+    "empty" (XHTML's "<tag/>"), "skip" (a whole subtree left alone; tag: the one it starts with) or "markup". A
+    construct runs from its own offset to the next one's, consecutive text (skip) events make one slice, and a text
+    node is only trusted when decoding its slice gives what the parser decoded: markup the parser consumed silently
+    (`</>`) then stays markup."""
+    scanner = _Scanner(source, xml)
     try:
         scanner.feed(source)
         scanner.close()

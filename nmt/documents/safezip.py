@@ -66,7 +66,7 @@ class SafeZip:
             with self.zip.open(info) as f:
                 data = f.read(min(info.file_size, MAX_TOTAL - self._inflated) + 1)
         except KeyError:
-            raise self.error(f"not a {self.kind} file: no {name}") from None
+            raise self.error(f"not {_a(self.kind)} file: no {name}") from None
         except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as e:
             raise self.error(f"corrupt {self.kind} file ({e})") from None
         self._inflated += len(data)
@@ -106,11 +106,11 @@ def open_zip(src: Path, kind: str, required: str) -> Iterator[SafeZip]:
                        "remove the password or save it as .{kind} first")
     if not magic.startswith(_ZIP):
         what = "empty" if not magic else "not a zip container"
-        raise NmtError(f"{src.name}: {what}, so not a {kind} file (wrong extension?)")
+        raise NmtError(f"{src.name}: {what}, so not {_a(kind)} file (wrong extension?)")
     box = SafeZip(src, kind)
     try:
         if required not in box.names():
-            raise box.error(f"not a {kind} file: no {required}")
+            raise box.error(f"not {_a(kind)} file: no {required}")
         yield box
     finally:
         box.close()
@@ -133,3 +133,8 @@ def serialize(tree: etree._ElementTree, original: bytes) -> bytes:
     name = f"{root.prefix}:{etree.QName(root).localname}" if root.prefix else etree.QName(root).localname
     start = original.find(b"<" + name.encode())
     return (original[:start] if start > 0 else b"") + body
+
+
+def _a(kind: str) -> str:
+    """The article and the name: "a docx", "an EPUB", "an odt"."""
+    return f"{'an' if kind[:1].lower() in 'aeio' else 'a'} {kind}"
