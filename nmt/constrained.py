@@ -5,7 +5,8 @@ One sentence at a time (src [1, S]), over the same model interface as nmt.search
 - candidates: its `beam` best next tokens, plus the token that continues the term it is writing or, when it is in
   none, the first token of every term it has not met (so a term can always be started where the model likes it);
 - state: the terms met and how far into one it is; a token that leaves a half-written term resets that progress;
-  a term must end a word (a met "▁Hund" followed by "e" is unmet again: "Hunde" is another word);
+  a term must end a word (a met "▁Hund" followed by "e" is unmet again: "Hunde" is another word), unless it ends in
+  a script without spaces (`ends_word` False: Chinese, Japanese);
 - EOS only once every term is met, except at the length limit, where EOS is forced as in nmt.search.
 Forcing a term costs log-probability for a few steps, so the beams would drop it at once: the beam is shared out
 between "banks" of equal progress (tokens of terms written), the best of each bank in turn, most progress first.
@@ -41,8 +42,10 @@ class State:
         return len(self.met) == n_terms and self.term < 0
 
 
-def advance(state: State, token: int, constraints: list[Constraint], continues_word: bool) -> State:
-    """The state after appending `token` (`continues_word`: it does not start a new word)."""
+def advance(state: State, token: int, constraints: list[Constraint], continues_word: bool,
+            ends_word: list[bool] | None = None) -> State:
+    """The state after appending `token` (`continues_word`: it does not start a new word); `ends_word[c]`: term c
+    must end a word (default: every term)."""
     met, progress = state.met, state.progress
     if state.just_met >= 0 and continues_word:
         met, progress = met - {state.just_met}, progress - state.just_len
@@ -50,7 +53,7 @@ def advance(state: State, token: int, constraints: list[Constraint], continues_w
         seq = constraints[state.term][state.alt]
         if token == seq[state.k]:
             if state.k + 1 == len(seq):
-                return State(met | {state.term}, just_met=state.term, just_len=len(seq), progress=progress + 1)
+                return _met(met, state.term, len(seq), progress + 1, ends_word)
             return replace(state, met=met, k=state.k + 1, just_met=-1, progress=progress + 1)
         progress -= state.k  # left the term half-written
     for c, alternatives in enumerate(constraints):
@@ -59,9 +62,16 @@ def advance(state: State, token: int, constraints: list[Constraint], continues_w
         for a, seq in enumerate(alternatives):
             if token == seq[0]:
                 if len(seq) == 1:
-                    return State(met | {c}, just_met=c, just_len=1, progress=progress + 1)
+                    return _met(met, c, 1, progress + 1, ends_word)
                 return State(met, term=c, alt=a, k=1, progress=progress + 1)
     return State(met, progress=progress)
+
+
+def _met(met: frozenset[int], term: int, length: int, progress: int, ends_word: list[bool] | None) -> State:
+    """Term `term` (of `length` tokens) just met: watched for a word boundary when it must end a word."""
+    if ends_word is None or ends_word[term]:
+        return State(met | {term}, just_met=term, just_len=length, progress=progress)
+    return State(met | {term}, progress=progress)
 
 
 def wanted(state: State, constraints: list[Constraint]) -> set[int]:
@@ -98,10 +108,11 @@ def allocate(candidates: list[tuple[float, int, int, State]], width: int) -> lis
 def constrained_search(model, src: Tensor, constraints: list[Constraint], continues_word: Tensor, *, bos: int,
                        eos: int, pad: int, beam: int = 5, nbest: int = 1, length_penalty: float = 0.6,
                        length_penalty_type: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50,
-                       need_attention: bool = False, attention_layer: int = -1) -> list[Hypothesis]:
+                       need_attention: bool = False, attention_layer: int = -1,
+                       ends_word: list[bool] | None = None) -> list[Hypothesis]:
     """The `nbest` best hypotheses of the one sentence src [1, S] that contain every constraint (see the module
-    docstring). `continues_word` [V] bool: tokens that do not start a word. The beam widens with the terms
-    (beam x (terms + 1), at most 32): each bank of progress needs room."""
+    docstring). `continues_word` [V] bool: tokens that do not start a word; `ends_word`: as for `advance`. The beam
+    widens with the terms (beam x (terms + 1), at most 32): each bank of progress needs room."""
     width = min(beam * (len(constraints) + 1), max(32, beam))
     limit = int(max_lengths(model, src, pad, max_len_a, max_len_b)[0])
     memory, src_pad_mask = model.encode(src)
@@ -131,7 +142,7 @@ def constrained_search(model, src: Tensor, constraints: list[Constraint], contin
                     hyp = _ended(b, score, rows_attn, i, length_penalty, length_penalty_type)
                     (finished if b.state.complete(len(constraints)) else unfinished).append(hyp)
                 else:
-                    candidates.append((score, i, tok, advance(b.state, tok, constraints, bool(wordish[tok]))))
+                    candidates.append((score, i, tok, advance(b.state, tok, constraints, wordish[tok], ends_word)))
         finished = sorted(finished, key=lambda h: -h.score)[:beam]
         chosen = allocate(candidates, width) if t < limit else []
         if not chosen or _cannot_improve(finished, chosen, beam, t, length_penalty, length_penalty_type):

@@ -5,7 +5,9 @@ words appear in the output as they are written in the source. Blank lines and li
 
 Matching, the stated rules:
 - a term matches whole words of the source, never inside a longer word, and case-insensitively ("Dog" at the start
-  of a sentence matches "dog"); a space inside a term matches any run of whitespace;
+  of a sentence matches "dog"); a space inside a term matches any run of whitespace. Where a term starts or ends in
+  a script without spaces between words (Chinese, Japanese, Thai; Korean, whose particles join the word), that edge
+  needs no word boundary: "车" matches in "红色的车";
 - inflected forms are not guessed: list each form you need ("dog", "dogs"). A stemmer would force a singular target
   onto a plural source, and the model cannot inflect a word it is told to copy;
 - overlapping matches: the longest term wins (then the first);
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nmt.errors import NmtError
+from nmt.langcodes import unspaced
 
 MAX_TERM_CHARS = 200
 
@@ -57,8 +60,8 @@ class Glossary:
     def __post_init__(self) -> None:
         if self.terms:
             longest_first = sorted(self.terms, key=lambda t: -len(t.source))
-            alternatives = "|".join(_words_pattern(t.source) for t in longest_first)
-            object.__setattr__(self, "_pattern", re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE))
+            alternatives = "|".join(_bounded(t.source) for t in longest_first)
+            object.__setattr__(self, "_pattern", re.compile(alternatives, re.IGNORECASE))
             object.__setattr__(self, "_by_key", {_key(t.source): t for t in self.terms})
 
     def __bool__(self) -> bool:
@@ -85,7 +88,13 @@ class Glossary:
 
 def obeyed(text: str, match: Match) -> bool:
     """Whether the translation `text` holds one of the match's forms as whole words."""
-    return any(re.search(rf"(?<!\w){_words_pattern(form)}(?!\w)", text) for form in match.forms)
+    return any(re.search(_bounded(form), text) for form in match.forms)
+
+
+def ends_word(form: str) -> bool:
+    """Whether the output must end a word where `form` ends ("Hund", not the "Hund" of "Hunde"): not in scripts
+    without spaces."""
+    return bool(form) and not unspaced(form[-1])
 
 
 def from_pairs(pairs: Iterable[tuple[str, str]] | Mapping[str, str], where: str = "glossary term",
@@ -136,8 +145,13 @@ def _key(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def _words_pattern(text: str) -> str:
-    return r"\s+".join(re.escape(w) for w in text.split())
+def _bounded(text: str) -> str:
+    """`text` as a regex of whole words (any whitespace between them), with a word boundary at each edge whose
+    character is of a spaced script."""
+    core = r"\s+".join(re.escape(w) for w in text.split())
+    before = "" if unspaced(text[0]) else r"(?<!\w)"
+    after = "" if unspaced(text[-1]) else r"(?!\w)"
+    return f"(?:{before}{core}{after})"
 
 
 def _forms(text: str) -> tuple[str, ...]:

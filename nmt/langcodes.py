@@ -120,6 +120,12 @@ def _script(char: str) -> str | None:
     return _RANGES[i][1] if i >= 0 else None
 
 
+def unspaced(char: str) -> bool:
+    """Whether `char` is of a script that does not end words with spaces (Han, kana, Thai; Hangul, whose particles
+    join the word before them): a term there has no word boundary to match at."""
+    return _script(char) is not None
+
+
 def script_hint(text: str) -> str | None:
     """What the script of `text` says its language is: "ja" for Hiragana or Katakana (even beside more kanji), "ko"
     for Hangul, "th" for Thai, "zh" for Han characters alone, None otherwise. Only letters count, and only when at

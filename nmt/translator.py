@@ -19,7 +19,7 @@ from nmt.checkpoint import Checkpoint
 from nmt.config import Config, DecodeConfig, check_decode
 from nmt.device import pick_device
 from nmt.errors import NmtError
-from nmt.glossary import Glossary, obeyed
+from nmt.glossary import Glossary, ends_word, obeyed
 from nmt.log import console
 from nmt.precision import for_inference, prepare
 from nmt.search import Hypothesis, beam_search, greedy_search
@@ -131,13 +131,15 @@ class Translator:
             matches = glossary.find(r.source) if r.hypotheses else []
             if not matches or all(obeyed(text, m) for text in r.text for m in matches):
                 continue
-            constraints = [[seq for seq in self.tokenizer.encode_tgt(list(m.forms)) if seq] for m in matches]
+            terms = [([seq for seq in self.tokenizer.encode_tgt(list(m.forms)) if seq], ends_word(m.forms[0]))
+                     for m in matches]
+            terms = [t for t in terms if t[0]]
             src = torch.tensor([r.src_ids + [ids.eos]], device=self.device)
             r.hypotheses = constrained_search(
-                self.model, src, [c for c in constraints if c], continues, bos=ids.bos, eos=ids.eos, pad=ids.pad,
+                self.model, src, [t[0] for t in terms], continues, bos=ids.bos, eos=ids.eos, pad=ids.pad,
                 beam=max(d.beam, d.nbest), nbest=d.nbest, length_penalty=d.length_penalty,
                 length_penalty_type=d.length_penalty_type, max_len_a=d.max_len_a, max_len_b=d.max_len_b,
-                need_attention=need_attention, attention_layer=self.attention_layer)
+                need_attention=need_attention, attention_layer=self.attention_layer, ends_word=[t[1] for t in terms])
             r.text = self.tokenizer.decode_tgt([h.tokens for h in r.hypotheses])
 
     def _continues_word(self) -> torch.Tensor:

@@ -52,6 +52,14 @@ def test_a_term_is_obeyed_as_whole_words_with_a_sentence_initial_capital():
     assert not obeyed("Les chiens dorment.", m) and not obeyed("CHIEN", m)
 
 
+def test_terms_in_scripts_without_spaces_need_no_word_boundary():
+    g = from_pairs([("红色", "red"), ("car", "车"), ("東京", "Tokyo")])
+    assert [m.surface for m in g.find("我看见红色的车。在東京駅")] == ["红色", "東京"]
+    (car,) = g.find("the car")
+    assert obeyed("我看见红色的车。", car) and not obeyed("我看见红色的汽船。", car)
+    assert glossary.ends_word("Hund") and not glossary.ends_word("车")
+
+
 def test_a_request_glossary_goes_on_top_of_the_servers():
     server = from_pairs([("dog", "Hund"), ("cat", "Katze")])
     both = server.merged(from_pairs({"DOG": "Rüde"}))
@@ -127,6 +135,8 @@ def test_a_term_must_end_its_word():
     continues[D] = True  # "C" + "D" is one word, another word than "C"
     best = search(model, src, [[[C]]], continues, beam=2, length_penalty=0.0)[0]
     assert best.tokens == [C] and best.logprob == pytest.approx(math.log(0.09), abs=1e-5)
+    # a term in a script without spaces ("车" then "辆") ends no word: C D holds it
+    assert search(model, src, [[[C]]], continues, beam=2, length_penalty=0.0, ends_word=[False])[0].tokens == [C, D]
 
 
 def test_a_term_outside_what_the_model_would_say_is_written_and_scored_truly(copy_model):
