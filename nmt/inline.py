@@ -266,16 +266,11 @@ class _Placement:
     def _block(self, node: _Node, lo: int, hi: int, taken: np.ndarray) -> tuple[int, int] | None:
         """The largest run of consecutive free target words aligned to the node's words (to the sentence's edge on
         a side where the node continues)."""
-        blocks: list[list[int]] = []
-        for j in self._aligned(node, lo, hi, taken):
-            if blocks and blocks[-1][-1] == j - 1:
-                blocks[-1].append(j)
-            else:
-                blocks.append([j])
-        if not blocks:
+        aligned = self._aligned(node, lo, hi, taken)
+        if not aligned:
             return None
-        best = max(blocks, key=len)  # max keeps the first of equals
-        a, b = best[0], best[-1] + 1
+        best = max(np.split(np.array(aligned), np.where(np.diff(aligned) != 1)[0] + 1), key=len)  # the first of equals
+        a, b = int(best[0]), int(best[-1]) + 1
         while node.open_start and a > lo and not taken[a - 1 - lo]:
             a -= 1
         while node.open_end and b < hi and not taken[b - lo]:
@@ -335,10 +330,14 @@ class _Placement:
         out: list[Piece] = []
         j = lo
         while True:
-            if lo < j < hi:
+            units = self.anchors[node].get(j, [])
+            glued = lo < j < hi and units and not self._around(units[0])[0]  # "car¹ is": the mark before the space
+            if lo < j < hi and not glued:
                 out.append(Piece(self.seps[j], node.path))
-            for unit in self.anchors[node].get(j, []):
-                out += self._kept(node, unit, after_word=j == hi and hi > lo, before_word=j < hi)
+            for unit in units:
+                out += self._kept(node, unit, after_word=glued or j == hi > lo, before_word=j < hi and not glued)
+            if glued:
+                out.append(Piece(self.seps[j], node.path))
             if j >= hi:
                 return out
             if j in starts:
@@ -350,16 +349,17 @@ class _Placement:
 
     def _kept(self, node: _Node, unit: tuple[str, object], after_word: bool, before_word: bool) -> list[Piece]:
         """An anchored atom or container, copied from the source, with the whitespace it had on the word's side."""
-        if unit[0] == "atom":
-            item_indices = [unit[1]]
-            space_before, space_after = self.s.around[unit[1]]  # type: ignore[index]
-        else:
-            child: _Node = unit[1]  # type: ignore[assignment]
-            item_indices, space_before, space_after = child.items, child.space_before, child.space_after
+        space_before, space_after = self._around(unit)
+        item_indices = [unit[1]] if unit[0] == "atom" else unit[1].items  # type: ignore[union-attr]
         body = [self.copy(self.s.items[i]) for i in item_indices]  # type: ignore[index]
         lead = [Piece(" ", node.path)] if after_word and space_before else []
         tail = [Piece(" ", node.path)] if before_word and space_after else []
         return lead + body + tail
+
+
+    def _around(self, unit: tuple[str, object]) -> tuple[bool, bool]:
+        """Whether an anchored atom or container had whitespace before and after it in the source."""
+        return self.s.around[unit[1]] if unit[0] == "atom" else (unit[1].space_before, unit[1].space_after)  # type: ignore
 
 
 def _monotone(m: int, n: int) -> np.ndarray:

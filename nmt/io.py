@@ -31,6 +31,13 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def as_umask_allows(path: str | Path) -> None:
+    """The mode a new file gets under the umask (mkstemp's 0600 is for secrets, not outputs a team shares)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | Path, *, text: bool = False) -> Iterator[IO[Any]]:
     """A file to write `path` through: a temp file in the same dir, fsynced and renamed over `path`
@@ -42,9 +49,7 @@ def atomic_output(path: str | Path, *, text: bool = False) -> Iterator[IO[Any]]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for secrets, not checkpoints a team shares
+        as_umask_allows(tmp)
         options: dict[str, Any] = {"encoding": "utf-8", "newline": "\n"} if text else {}
         with os.fdopen(fd, "w" if text else "wb", **options) as f:
             yield f

@@ -4,6 +4,7 @@ text (markup, code, link targets, front matter, timings) as it was; bad input re
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -196,6 +197,14 @@ def test_vtt_header_note_style_identifiers_and_settings_kept(translator, tmp_pat
     assert before[3][:2] == after[3][:2] and before[4][:1] == after[4][:1]
     assert after[3][2] == "<v Bob>das <b>rote</b> Auto"
     assert after[4][1].startswith("- ") and after[4][2].startswith("- ") and "rote Autos" in after[4][1]
+
+
+def test_a_bare_webvtt_header_and_shared_file_modes(translator, tmp_path):
+    out = roundtrip(translator, tmp_path, "bare.vtt", "WEBVTT\n\n00:01.000 --> 00:02.000\nthe red car\n")
+    assert out == "WEBVTT\n\n00:01.000 --> 00:02.000\ndas rote Auto\n"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert [(p.stat().st_mode & 0o777) for p in tmp_path.iterdir()] == [0o666 & ~umask] * 2  # not mkstemp's 0600
 
 
 # ---- the command line and bad input

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nmt.errors import NmtError
+from nmt.io import as_umask_allows
 
 if TYPE_CHECKING:
     from nmt.inline import Paragraph, Piece
@@ -125,6 +126,7 @@ def _temp_beside(dst: Path) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
     os.close(fd)
     tmp = Path(name)
+    as_umask_allows(tmp)
     try:
         yield tmp
         os.replace(tmp, dst)

@@ -31,7 +31,7 @@ _DIALOGUE = re.compile(r"-[ \t]*(?=\S)")
 def translate(src: Path, dst: Path, translate_paragraphs: TranslateParagraphs) -> int:
     text, style = read_text(src)
     vtt = src.suffix.lower() == ".vtt" or text.startswith("WEBVTT")
-    if vtt and not re.match(r"WEBVTT(?:[ \t]|$)", text):
+    if vtt and not re.match(r"WEBVTT(?:[ \t\r\n]|$)", text):
         raise NmtError(f"{src}: not a WebVTT file (it must start with WEBVTT)")
     blocks = re.split(r"(\n[ \t]*\n+)", text)  # separators kept at odd indices
     cues = [_Cue(block) for block in blocks[::2]]
