@@ -12,7 +12,7 @@ Forcing a term costs log-probability for a few steps, so the beams would drop it
 between "banks" of equal progress (tokens of terms written), the best of each bank in turn, most progress first.
 Finished hypotheses are ranked by the length-normalized score and the search stops as beam_search does (`beam`
 finished that the best active one cannot beat, or the limit). A hypothesis ended at the limit without all its
-terms is returned only when none met them all."""
+terms comes after every one that met them all (n-best lists stay full)."""
 
 from __future__ import annotations
 
@@ -153,8 +153,7 @@ def constrained_search(model, src: Tensor, constraints: list[Constraint], contin
                  for score, p, tok, state in chosen]
         cache.reorder(src.new_zeros(1), parents=torch.tensor([parents], device=src.device))
         tokens = torch.tensor([c[2] for c in chosen], device=src.device)
-    result = finished or sorted(unfinished, key=lambda h: -h.score)
-    return result[:nbest]
+    return (finished + sorted(unfinished, key=lambda h: -h.score))[:nbest]  # those with every term first
 
 
 def _ended(b: _Beam, logprob: float, rows_attn: Tensor | None, i: int, alpha: float, kind: str) -> Hypothesis:

@@ -178,8 +178,18 @@ def test_a_source_words_punctuation_pieces_are_left_out_of_its_scores():
                           [0.0, 0.0, 0.0, 1.0]])    # EOS
     hyp = SimpleNamespace(tokens=[4, 5, 6], attention=attention)
     result = SimpleNamespace(source="bought euros.", src_ids=[1, 2, 3], hypotheses=[hyp], text=["Euro gekauft."])
-    assert pairs(aligned(tokenizer, result, punctuation=True, method="argmax").links) == {(0, 1), (1, 1)}
+    raw = aligned(tokenizer, result, punctuation=True, method="argmax", column_power=0)
+    assert pairs(raw.links) == {(0, 1), (1, 1)}
     assert pairs(aligned(tokenizer, result).links) == {(0, 1), (1, 0)}  # "gekauft." - "bought"
+
+
+def test_a_source_word_attended_by_every_row_does_not_take_them_all():
+    from nmt.inline_align import balanced, links
+
+    scores = np.array([[0.7, 0.3], [0.55, 0.45]])  # both rows' best is source word 0, which both attend to
+    assert pairs(links(scores, "argmax")) == {(0, 0), (1, 0)}
+    assert pairs(links(balanced(scores), "argmax")) == {(0, 0), (1, 1)}
+    assert np.array_equal(balanced(scores, 0), scores)
 
 
 # ---- HTML
