@@ -128,7 +128,7 @@ def test_no_file_is_left_after_many_requests(served):
     server, temp = served
     started, n = time.monotonic(), 0
     with httpx.Client(timeout=60) as client:
-        while n < 1000 and time.monotonic() - started < 20:
+        while n < 1000 and time.monotonic() - started < 6:  # 1,000 and files never fetched: bench/serve_files.py
             answer = client.post(f"{server.url}/translate_file", files={"file": ("t.txt", b"three red cars\n")},
                                  data={"source": "en", "target": "de", "api_key": KEY})
             assert answer.status_code == 200, answer.text
@@ -139,7 +139,7 @@ def test_no_file_is_left_after_many_requests(served):
                                    data={"api_key": KEY}).status_code == 400
             n += 1
     print(f"{n} requests in {time.monotonic() - started:.1f} s")
-    assert n >= 100, f"only {n} requests in 20 s"
+    assert n >= 30, f"only {n} requests in 6 s"
     deadline = time.monotonic() + 5  # a file goes just after its download's last byte
     while len(leftovers := [p for p in temp.rglob("*") if p.is_file()]) > 1 and time.monotonic() < deadline:
         time.sleep(0.05)
