@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nmt.errors import NmtError
+from nmt.io import read_lines
 from nmt.langcodes import unspaced
 
 MAX_TERM_CHARS = 200
@@ -120,15 +121,11 @@ def load(path: Path | str) -> Glossary:
     """A glossary file (see the module docstring); one-line errors name the file and line."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise NmtError(f"glossary {path}: no such file") from None
-    except UnicodeDecodeError:
-        raise NmtError(f"glossary {path}: not UTF-8 text") from None
-    except OSError as e:
-        raise NmtError(f"glossary {path}: {e.strerror or e}") from None
+        lines = read_lines(path)
+    except NmtError as e:
+        raise NmtError(f"glossary {e}") from None
     pairs, numbers = [], []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(lines, 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         if "\t" not in line:

@@ -13,6 +13,7 @@ from typing import IO, Any, NamedTuple
 from sacrebleu.metrics import BLEU, CHRF, TER
 
 from nmt.errors import NmtError, first_line
+from nmt.io import read_lines
 
 # BLEU tokenizers that split a text without spaces into characters (or words): TER then does too
 SPACELESS_TOKENIZERS = ("zh", "ja-mecab", "char")
@@ -94,49 +95,6 @@ def target_language(data_dir: str | os.PathLike[str] | None, checkpoint_path: st
         langs = checkpoint.load(checkpoint_path).langs
         return langs[1] if langs else None
     return None
-
-
-def read_lines(path_or_stream: str | os.PathLike[str] | IO[Any]) -> list[str]:
-    """Lines of a UTF-8 file or stream ("-" = stdin), without their "\\n" / "\\r\\n" (nothing else stripped,
-    except a leading byte-order mark). Missing file or invalid UTF-8 -> NmtError naming file and line."""
-    if isinstance(path_or_stream, (str, os.PathLike)) and str(path_or_stream) != "-":
-        name = str(path_or_stream)
-        try:
-            with open(name, "rb") as f:
-                data: bytes | str = f.read()
-        except FileNotFoundError:
-            raise NmtError(f"{name}: no such file") from None
-        except IsADirectoryError:
-            raise NmtError(f"{name}: is a directory, not a text file") from None
-        except OSError as e:
-            raise NmtError(f"{name}: cannot read ({e.strerror or first_line(e)})") from None
-    else:
-        stream = sys.stdin if str(path_or_stream) == "-" else path_or_stream
-        name = getattr(stream, "name", "<stream>")
-        source = getattr(stream, "buffer", stream)  # bytes when possible, to report the bad line
-        try:
-            data = source.read()
-        except UnicodeDecodeError as e:
-            raise NmtError(f"{name}: invalid UTF-8 ({e.reason})") from None
-    if isinstance(data, bytes):
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            line = data.count(b"\n", 0, e.start) + 1
-            raise NmtError(f"{name}: line {line}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
-    else:
-        text = data
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    if not text:
-        return []
-    # split("\n"), not splitlines(): U+2028, form feeds etc. are content, not line ends.
-    lines = text.split("\n")
-    last = lines.pop()  # "" when the text ends with a newline: that ends the last line, not a new one
-    lines = [line[:-1] if line.endswith("\r") else line for line in lines]
-    if last:
-        lines.append(last)  # unterminated last line: no "\r\n" to strip
-    return lines
 
 
 def _metric_names(metrics: str | Sequence[str]) -> list[str]:

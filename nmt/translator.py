@@ -6,6 +6,7 @@ batch -> search -> restore order -> results. Search settings may change per call
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,7 +127,7 @@ class Translator:
         (nmt.glossary says what that costs); the others stay as they are."""
         from nmt.constrained import constrained_search
 
-        ids, continues = self.special, self._continues_word()
+        ids, continues = self.special, self._continues_word
         for r in results:
             matches = glossary.find(r.source) if r.hypotheses else []
             if not matches or all(obeyed(text, m) for text in r.text for m in matches):
@@ -142,12 +143,12 @@ class Translator:
                 need_attention=need_attention, attention_layer=self.attention_layer, ends_word=[t[1] for t in terms])
             r.text = self.tokenizer.decode_tgt([h.tokens for h in r.hypotheses])
 
+    @functools.cached_property
     def _continues_word(self) -> torch.Tensor:
-        """[V] bool: target pieces that go on the word before them (no leading "▁", a letter or digit first)."""
-        if getattr(self, "_continues", None) is None:
-            pieces = self.tokenizer.tgt_pieces(list(range(self.tokenizer.tgt_vocab_size)))
-            self._continues = torch.tensor([not p.startswith("\u2581") and p[:1].isalnum() for p in pieces])
-        return self._continues
+        """[V] bool: target pieces that go on the word before them (no leading "▁", a letter or digit first); built
+        when a glossary first needs it, not at load."""
+        pieces = self.tokenizer.tgt_pieces(list(range(self.tokenizer.tgt_vocab_size)))
+        return torch.tensor([not p.startswith("\u2581") and p[:1].isalnum() for p in pieces])
 
     @torch.inference_mode()
     def translate_chunk(self, lines: list[str], *, first_line: int = 1, need_attention: bool = False,

@@ -14,8 +14,9 @@ from lxml import etree
 
 from nmt.documents import epub as epub_format
 from nmt.errors import NmtError
-from nmt.inline import Aligned, Paragraph, Piece
+from nmt.inline import Paragraph, Piece
 from tests.conftest import run_cli
+from tests.test_documents_office import reverse_upper
 
 ebooklib = pytest.importorskip("ebooklib")
 from ebooklib import epub  # noqa: E402
@@ -27,20 +28,6 @@ PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
 TAG = re.compile(r"<[^>]*>")
 ONE = ('<h1>The first chapter</h1><p>The <b>red</b> car and <i>a <a href="#x">link</a></i>.</p>'
        '<p>Line one<br/>line two &amp; more.</p>')
-
-
-def reverse_upper(paragraphs: list[Paragraph]) -> list[list[Piece]]:
-    """Each sentence's words reversed and uppercased, word i aligned to word n-1-i."""
-    out = []
-    for p in paragraphs:
-        translations = []
-        for text in p.texts:
-            words = text.split()
-            n = len(words)
-            translations.append(Aligned.from_pairs(" ".join(w.upper() for w in reversed(words)), n,
-                                                   [(i, n - 1 - i) for i in range(n)]))
-        out.append(p.render(translations))
-    return out
 
 
 def identity(paragraphs: list[Paragraph]) -> list[list[Piece]]:

@@ -85,7 +85,7 @@ def test_a_missing_or_binary_glossary_is_a_one_line_cli_error(tmp_path):
     assert_one_line_error(missing, "nope.tsv: no such file")
     (tmp_path / "bin.tsv").write_bytes(b"\xff\xfe\x00dog\tHund")
     assert_one_line_error(run_cli("translate", "--checkpoint", CHECKPOINT, "--glossary", tmp_path / "bin.tsv",
-                                  input="one\n"), "not UTF-8")
+                                  input="one\n"), "bin.tsv: line 1: invalid UTF-8")
 
 
 # --------------------------------------------------------------------------- the search
