@@ -165,9 +165,9 @@ def atomic_output(path: str | Path, *, text: bool = False) -> Iterator[IO[Any]]:
     be a whole translation, so an error in it need not be the file's). A FIFO or device is written
     through instead (`resolve_output`): what the block wrote before an error stays written."""
     options: dict[str, Any] = {"encoding": "utf-8", "newline": "\n"} if text else {}
-    target, through, fd = resolve_output(path)
+    target, through, descriptor = resolve_output(path)
     if through:  # never truncated: a file behind another process's descriptor keeps what it holds
-        file = os.fdopen(os.dup(fd), "w" if text else "wb", **options) if fd is not None else \
+        file = os.fdopen(os.dup(descriptor), "w" if text else "wb", **options) if descriptor is not None else \
             open(target, "a" if text else "ab", **options)
         with file as f:
             yield f
