@@ -142,7 +142,7 @@ def candidate_outputs(translator: Translator, lines: list[str], glossary: Glossa
                       ) -> tuple[dict[str, list[str]], float]:
     """Every method's output for `lines` from one baseline and one set of candidates; the candidates' seconds."""
     d = translator.decode
-    base = translator.translate_chunk(lines)
+    base = translator.translate_chunk(lines, need_attention=True)  # as translate_chunk(glossary=...) searches
     out = {m: [r.text[0] for r in base] for m in METHODS}
     seconds = 0.0
     for i, r in enumerate(base):
@@ -153,10 +153,9 @@ def candidate_outputs(translator: Translator, lines: list[str], glossary: Glossa
         terms = terminology.distinct(matches)
         found = terminology.candidates(translator, r, terms, False, d)
         seconds += time.perf_counter() - started
-        text = lambda hyps: translator.tokenizer.decode_tgt([hyps[0].tokens])[0]  # noqa: E731
         out["replace"][i] = found.replaced_text
         out["constrained"][i] = found.texts[0] if found.texts else found.replaced_text
-        out["rule"][i] = text(found.chosen(terms, 1))
+        out["rule"][i] = found.chosen(terms, 1)[0][1]
     return out, seconds
 
 
@@ -188,10 +187,16 @@ def report(kind: str, glossary: Glossary, refs: list[str], src: list[str], outpu
 
 
 def show(src: list[str], glossary: Glossary, outputs: dict[str, list[str]], refs: list[str], n: int) -> None:
+    """The first `n` lines whose `rule` output is not within 20% of `none`'s length, then other changed lines."""
+    def off(i: int) -> bool:
+        a, b = len(outputs["rule"][i].split()), len(outputs["none"][i].split())
+        return abs(a - b) > 0.2 * b
+    changed = [i for i in range(len(src)) if outputs["constrained"][i] != outputs["none"][i]]
     shown = 0
-    for i, s in enumerate(src):
-        if shown >= n or outputs["constrained"][i] == outputs["none"][i]:
-            continue
+    for i in sorted(changed, key=lambda i: not off(i)):
+        s = src[i]
+        if shown >= n:
+            break
         shown += 1
         terms = ", ".join(f"{m.surface}->{m.term.target or '(keep)'}" for m in glossary.find(s))
         print(f"    [{terms}] {s}")

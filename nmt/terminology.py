@@ -15,11 +15,12 @@ line gets two candidates and a rule chooses:
   the words around it.
 
 A candidate is sane when it holds every term, has as many words as the replaced one give or take LENGTH_TOLERANCE
-(at least one word), and holds no more words sharing a stem with the model's own words for the terms (the words
-the replacement removed: "kleine" for "winzig") than the replaced candidate does. The constrained candidate is taken
-when it is sane and the model scores it at least as high as the replaced one (both as the search scores:
-length-normalized log-probability); otherwise the replaced one. bench/glossary.py measures the rule on three kinds
-of terms (drawn from the references, synonyms the model would not choose, words kept untranslated).
+(a line under five words: exactly as many), and holds no more words sharing a stem with the model's own words for
+the terms (the words the replacement removed: "kleine" for "winzig") than the replaced candidate does. The
+constrained candidate is taken when it is sane and the model scores it at least as high as the replaced one (both
+as the search scores: length-normalized log-probability); otherwise the replaced one. bench/glossary.py measures
+the rule on three kinds of terms (drawn from the references, synonyms the model would not choose, words kept
+untranslated).
 
 Work per line is bounded: one constraint per distinct term, at most MAX_CONSTRAINTS of them searched (a line with
 more gets the replaced candidate alone) and SEARCH_SECONDS of search per line (a normal line takes a fraction of
@@ -79,8 +80,8 @@ def obey(translator, results: list, glossary, need_attention: bool, decode) -> N
         terms = distinct(matches)
         search = deadline is None or time.monotonic() < deadline
         found = candidates(translator, r, terms, need_attention, decode, search=search)
-        r.hypotheses = found.chosen(terms, decode.nbest)
-        r.text = translator.tokenizer.decode_tgt([h.tokens for h in r.hypotheses])
+        chosen = found.chosen(terms, decode.nbest)
+        r.hypotheses, r.text = [h for h, _ in chosen], [text for _, text in chosen]
 
 
 @dataclass
@@ -94,12 +95,15 @@ class Candidates:
     searched: list[Hypothesis]
     texts: list[str]
 
-    def chosen(self, terms: list[Match], nbest: int) -> list[Hypothesis]:
-        """The rule above: the line's hypotheses, best first, then the other sane ones."""
-        good = [h for h, text in zip(self.searched, self.texts) if sane(text, self.replaced_text, self.removed, terms)]
-        if good and good[0].score >= self.replaced.score:
-            return sorted(good + [self.replaced], key=lambda h: -h.score)[:nbest]
-        return ([self.replaced] + good)[:nbest]  # the rule's choice first, then by score
+    def chosen(self, terms: list[Match], nbest: int) -> list[tuple[Hypothesis, str]]:
+        """The rule above: the line's hypotheses and their texts, the choice first, then the other sane ones (the
+        replaced text is kept as written: a term may hold characters the target vocabulary lacks)."""
+        good = [(h, text) for h, text in zip(self.searched, self.texts)
+                if sane(text, self.replaced_text, self.removed, terms)]
+        replaced = (self.replaced, self.replaced_text)
+        if good and good[0][0].score >= self.replaced.score:
+            return sorted(good + [replaced], key=lambda pair: -pair[0].score)[:nbest]
+        return ([replaced] + good)[:nbest]  # the rule's choice first, then by score
 
 
 def candidates(translator, r, terms: list[Match], need_attention: bool, d, search: bool = True) -> Candidates:
@@ -121,7 +125,7 @@ def sane(text: str, replaced_text: str, removed: list[str], terms: list[Match]) 
     if not all(obeyed(text, m) for m in terms):
         return False
     n, m = len(text.split()), len(replaced_text.split())
-    if abs(n - m) > max(1.0, LENGTH_TOLERANCE * m):
+    if abs(n - m) > LENGTH_TOLERANCE * m:
         return False
     return all(_stem_count(text, w) <= _stem_count(replaced_text, w) for w in removed)
 
@@ -143,29 +147,47 @@ def replace(translator, r, src: torch.Tensor, terms: list[Match]) -> tuple[str, 
         return text, []
     if not words:
         return " ".join(m.forms[0] for m in missed), []
-    links = _links(translator, r, src)
+    scores, links = _alignment(translator, r, src)
     starts = [w.start() for w in _WORD.finditer(r.source)]
+    forms = {form for m in terms for form in m.forms}
+    kept = {j for j, w in enumerate(words) if _core(w) in forms}  # a term already written stays
     edits = []
     for m in missed:
         columns = [i for i, a in enumerate(starts) if m.start <= a < m.end]
-        rows = np.nonzero(links[:, columns].any(axis=1))[0].tolist() if links is not None and columns else []
+        rows = [j for j in _aligned_rows(scores, links, columns) if j not in kept]
         if rows:
             block = _largest_block(rows)
             edits.append(Edit(block[0], block[-1], m.forms[0]))
-        else:  # aligned to nothing: at the end, before the final punctuation
+        else:  # no alignment at all: at the end, before the final punctuation
             edits.append(Edit(len(words), len(words) - 1, m.forms[0]))
     return _apply(words, edits)
 
 
-def _links(translator, r, src: torch.Tensor) -> np.ndarray | None:
-    """The hard word alignment of the best translation (its attention from a teacher-forced pass if the search kept
-    none)."""
+def _alignment(translator, r, src: torch.Tensor) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Word scores and the hard word alignment of the best translation (its attention from a teacher-forced pass
+    if the search kept none)."""
     best = r.hypotheses[0]
     attention = best.attention
     if attention is None:
         attention = _forced_tokens(translator, src, best.tokens, True, translator.decode).attention
     al = aligned(translator.tokenizer, r, attention)
-    return al.links
+    return al.scores, al.links
+
+
+def _aligned_rows(scores: np.ndarray | None, links: np.ndarray | None, columns: list[int]) -> list[int]:
+    """The target words linked to the source words `columns`; with no link (the symmetrized alignment leaves some
+    source words unlinked), the target word that attends most to them, among those linked to no other source word
+    first."""
+    if scores is None or links is None or not columns or max(columns) >= scores.shape[1]:
+        return []
+    rows = np.nonzero(links[:, columns].any(axis=1))[0].tolist()
+    if rows:
+        return rows
+    weight = scores[:, columns].sum(axis=1)
+    free = np.where(~links.any(axis=1), weight, -1.0)
+    if free.max() > 0:
+        return [int(free.argmax())]
+    return [int(weight.argmax())] if weight.max() > 0 else []
 
 
 def _apply(words: list[str], edits: list[Edit]) -> tuple[str, list[str]]:

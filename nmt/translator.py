@@ -149,7 +149,9 @@ class Translator:
             return results
         for positions, batch in source_batches([ids[i] for i in todo], decode.max_tokens, self.special):
             rows = [todo[j] for j in positions]
-            for r, hyps in zip(rows, self._search(batch.src.to(self.device), need_attention, decode)):
+            # a glossary places terms on the words aligned to their source words: the search's own attention
+            found = self._search(batch.src.to(self.device), need_attention or bool(glossary), decode)
+            for r, hyps in zip(rows, found):
                 results[r].hypotheses = hyps
                 results[r].text = self.tokenizer.decode_tgt([h.tokens for h in hyps])
         if glossary:
