@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from nmt import terminology
 from nmt.glossary import from_pairs, obeyed
@@ -134,3 +136,30 @@ def test_the_constrained_search_stops_at_its_deadline(translator):
                               translator.continues_word, bos=ids.bos, eos=ids.eos, pad=ids.pad, beam=4,
                               deadline=time.monotonic() - 1)
     assert time.monotonic() - started < 2 and hyps == []  # stopped after its first step, nothing finished
+
+
+# --------------------------------------------------------------------------- any glossary, any line
+
+
+_LETTERS = "aeiIİıßsσςΣABklnrt ÄöüÉ中文-'."
+_WORDS = ["boat", "small", "the", "İstanbul", "STRASSE", "σοφός", "dog", "车", "a-b", "x"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(terms=st.dictionaries(st.one_of(st.sampled_from(_WORDS), st.text(_LETTERS, min_size=1, max_size=8)),
+                             st.one_of(st.just(""), st.sampled_from(_WORDS), st.text(_LETTERS, max_size=8)),
+                             min_size=1, max_size=12),
+       words=st.lists(st.one_of(st.sampled_from(_WORDS), st.text(_LETTERS, max_size=6)), max_size=14))
+def test_random_glossaries_and_lines_raise_nothing_but_one_line_errors(translator, terms, words):
+    from nmt.errors import NmtError
+
+    try:
+        glossary = from_pairs(terms)
+    except NmtError as e:  # an empty source term after whitespace folding, two spellings of one term
+        assert "\n" not in str(e)
+        return
+    line = " ".join(words)
+    (r,) = translator.translate_chunk([line], glossary=glossary, beam=2)
+    assert r.text == [""] if not r.hypotheses else len(r.text) == len(r.hypotheses) >= 1
+    for m in glossary.find(line):
+        assert line[m.start:m.end] == m.surface
