@@ -31,97 +31,16 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
-
-import numpy as np
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from nmt import workbudget
+from nmt.inline_parts import WORD, Aligned, Item, Node, Path, Piece, Run, Sentence  # noqa: F401  (Path: for the formats)
+from nmt.inline_place import Placement
 from nmt.inline_split import sentence_spans
 
-Path = tuple[Hashable, ...]
-_WORD = re.compile(r"\S+")
 _NON_SPACE = re.compile(r"\S")
 _SPACES = re.compile(r"[ \t\n\r\f]+")  # collapsed for the model; U+00A0 is meant and kept
-
-
-@dataclass(frozen=True)
-class Run:
-    """Text with the formatting containers it is in (outermost first), or an atom kept as it is."""
-
-    text: str
-    path: Path = ()
-    atom: bool = False
-
-
-@dataclass(frozen=True)
-class Piece:
-    """A piece of the output: text in the containers `path`; `source` = (run, start, end) when it is that slice of
-    the source run, copied as it was (for byte-exact markup the caller writes the source's own bytes)."""
-
-    text: str
-    path: Path
-    source: tuple[int, int, int] | None = None
-
-
-@dataclass
-class Aligned:
-    """A translation, its word scores [target words, source words] (None: monotone), its hard alignment `links`
-    (bool, same shape; None: each target word to its best-scoring source word)."""
-
-    text: str
-    scores: np.ndarray | None = None
-    links: np.ndarray | None = None
-
-    @classmethod
-    def from_pairs(cls, text: str, n_source: int, pairs: Sequence[tuple[int, int]]) -> Aligned:
-        """Hard alignment pairs (source word i, target word j), as Pharaoh's "i-j"."""
-        scores = np.zeros((len(text.split()), n_source))
-        for i, j in pairs:
-            scores[j, i] = 1.0
-        return cls(text, scores, scores > 0)
-
-
-@dataclass
-class _Item:
-    """A sentence's slice [start, end) of run `run` (a whole atom), at offset `at` of the joined text."""
-
-    run: int
-    start: int
-    end: int
-    path: Path
-    atom: bool
-    at: int
-
-
-@dataclass(eq=False)
-class _Node:
-    """A formatting container within one sentence (the root: the sentence); `units` in source order: ("word", i),
-    ("atom", item index) and ("node", child). Its items and words are consecutive: ranges, not lists (a deep
-    container holds the same items as each of its ancestors)."""
-
-    path: Path
-    parent: _Node | None = None
-    units: list[tuple[str, object]] = field(default_factory=list)
-    children: list[_Node] = field(default_factory=list)
-    items: range = range(0)
-    words: range = range(0)
-    open_start: bool = False
-    open_end: bool = False
-    peel_start: bool = False
-    peel_end: bool = False
-    space_before: bool = False
-    space_after: bool = False
-
-
-@dataclass
-class _Sentence:
-    text: str
-    items: list[_Item]
-    words: int
-    root: _Node
-    nodes: dict[Path, _Node]
-    around: dict[int, tuple[bool, bool]]  # atoms' items: whitespace before, after
 
 
 @dataclass
@@ -130,10 +49,10 @@ class _Source:
     deeply nested paragraph is depth x depth path elements, too many to hold for every sentence at once)."""
 
     text: str
-    items: list[_Item]
+    items: list[Item]
     span: tuple[int, int]
-    before: _Item | None
-    after: _Item | None
+    before: Item | None
+    after: Item | None
 
 
 class Paragraph:
@@ -156,7 +75,7 @@ class Paragraph:
         spans = split(joined)
         items = _items(self.runs, starts, sorted({c for span in spans for c in span}))
         ats = [it.at for it in items]
-        self._groups: list[tuple[int, list[_Item]]] = []  # (sentence index or -1, its items), in order
+        self._groups: list[tuple[int, list[Item]]] = []  # (sentence index or -1, its items), in order
         self._sentences: list[_Source] = []
         done = 0  # items before this one are in a group
         for a, b in spans:
@@ -181,8 +100,6 @@ class Paragraph:
 
     def render(self, translations: Sequence[Aligned | str]) -> list[Piece]:
         """The paragraph with texts[i] translated as translations[i] (a plain string: a monotone alignment)."""
-        from nmt.inline_place import Placement  # it builds on this module's types
-
         if len(translations) != len(self.texts):
             raise ValueError(f"{len(translations)} translations for {len(self.texts)} texts")
         budget = workbudget.current()
@@ -197,24 +114,24 @@ class Paragraph:
                 out += Placement(_sentence(self._sentences[index], self._joined, self.runs), t, self._copy).pieces()
         return out
 
-    def _copy(self, it: _Item) -> Piece:
+    def _copy(self, it: Item) -> Piece:
         return Piece(self.runs[it.run].text[it.start:it.end], it.path, (it.run, it.start, it.end))
 
 
-def _items(runs: list[Run], starts: list[int], cuts: list[int]) -> list[_Item]:
+def _items(runs: list[Run], starts: list[int], cuts: list[int]) -> list[Item]:
     """The runs as items, text runs cut at every sentence boundary (`cuts`, sorted)."""
     items = []
     for k, (run, start) in enumerate(zip(runs, starts)):
         if run.atom:
-            items.append(_Item(k, 0, len(run.text), run.path, True, start))
+            items.append(Item(k, 0, len(run.text), run.path, True, start))
             continue
         inner = cuts[bisect.bisect_right(cuts, start):bisect.bisect_left(cuts, start + len(run.text))]
         bounds = [0] + [c - start for c in inner] + [len(run.text)]
-        items += [_Item(k, a, b, run.path, False, start + a) for a, b in zip(bounds, bounds[1:]) if b > a]
+        items += [Item(k, a, b, run.path, False, start + a) for a, b in zip(bounds, bounds[1:]) if b > a]
     return items
 
 
-def _owners(items: list[_Item], words: list[tuple[int, int]]) -> list[int]:
+def _owners(items: list[Item], words: list[tuple[int, int]]) -> list[int]:
     """For each word, the item holding most of its characters (the first of equals): one pass over both, as the
     items overlapping a word are consecutive and every word overlaps a text item."""
     owners, k = [], 0
@@ -232,17 +149,17 @@ def _owners(items: list[_Item], words: list[tuple[int, int]]) -> list[int]:
     return owners
 
 
-def _sentence(source: _Source, joined: str, runs: list[Run]) -> _Sentence:
+def _sentence(source: _Source, joined: str, runs: list[Run]) -> Sentence:
     """A sentence's tree of containers, its words given to the items holding most of their characters."""
     items, (a, b) = source.items, source.span
-    words = [(m.start(), m.end()) for m in _WORD.finditer(joined, a, b)]
+    words = [(m.start(), m.end()) for m in WORD.finditer(joined, a, b)]
     owners = _owners(items, words)
     first_word = [0] * (len(items) + 1)  # the words of item k: first_word[k] up to first_word[k + 1]
     for owner in owners:
         first_word[owner + 1] += 1
     for k in range(len(items)):
         first_word[k + 1] += first_word[k]
-    root = _Node(())
+    root = Node(())
     nodes, stack, starts = {(): root}, [root], [0]
 
     def close(end: int) -> None:
@@ -255,7 +172,7 @@ def _sentence(source: _Source, joined: str, runs: list[Run]) -> _Sentence:
         while len(stack) > 1 and it.path[:len(stack[-1].path)] != stack[-1].path:
             close(index)
         while len(stack[-1].path) < len(it.path):
-            child = _Node(it.path[:len(stack[-1].path) + 1], stack[-1])
+            child = Node(it.path[:len(stack[-1].path) + 1], stack[-1])
             stack[-1].children.append(child)
             stack[-1].units.append(("node", child))
             nodes[child.path] = child
@@ -268,7 +185,7 @@ def _sentence(source: _Source, joined: str, runs: list[Run]) -> _Sentence:
     for node in nodes.values():
         _edges(node, items, joined, source.before, source.after)
     around = {i: _spaced(joined, it.at, it.at) for i, it in enumerate(items) if it.atom}
-    return _Sentence(source.text, items, len(words), root, nodes, around)
+    return Sentence(source.text, items, len(words), root, nodes, around)
 
 
 def _spaced(joined: str, start: int, end: int) -> tuple[bool, bool]:
@@ -276,7 +193,7 @@ def _spaced(joined: str, start: int, end: int) -> tuple[bool, bool]:
     return start > 0 and joined[start - 1].isspace(), end < len(joined) and joined[end].isspace()
 
 
-def _edges(node: _Node, items: list[_Item], joined: str, before: _Item | None, after: _Item | None) -> None:
+def _edges(node: Node, items: list[Item], joined: str, before: Item | None, after: Item | None) -> None:
     """Whether a container continues beyond the sentence, whether its text starts/ends with a word character
     (then glued punctuation is left outside), and whether whitespace was around it. Its text is a slice of the
     joined text (atoms have none): its first and last non-space characters are found without copying it."""

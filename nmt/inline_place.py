@@ -10,23 +10,23 @@ from collections.abc import Callable
 import numpy as np
 
 from nmt import workbudget
-from nmt.inline import _WORD, Aligned, Path, Piece, _Item, _Node, _Sentence
+from nmt.inline_parts import WORD, Aligned, Item, Node, Path, Piece, Sentence
 
 
 class Placement:
     """One sentence's translation placed: target word intervals for the containers, gaps for what is anchored."""
 
-    def __init__(self, s: _Sentence, t: Aligned, copy: Callable[[_Item], Piece]):
+    def __init__(self, s: Sentence, t: Aligned, copy: Callable[[Item], Piece]):
         self.s, self.copy = s, copy
-        spans = [(m.start(), m.end()) for m in _WORD.finditer(t.text)]
+        spans = [(m.start(), m.end()) for m in WORD.finditer(t.text)]
         self.words = [t.text[a:b] for a, b in spans]
         self.seps = [""] + [t.text[spans[j - 1][1]:spans[j][0]] for j in range(1, len(spans))]
         m, n = len(self.words), s.words
         self.scores = scores = t.scores if t.scores is not None and t.scores.shape == (m, n) else _monotone(m, n)
         links = t.links if t.links is not None and t.links.shape == (m, n) and t.scores is scores else None
         self.links = links if links is not None else np.eye(n, dtype=bool)[scores.argmax(axis=1)] if n else scores > 0
-        self.span: dict[_Node, tuple[int, int]] = {s.root: (0, m)}
-        self.anchors: dict[_Node, dict[int, list[tuple[str, object]]]] = {}
+        self.span: dict[Node, tuple[int, int]] = {s.root: (0, m)}
+        self.anchors: dict[Node, dict[int, list[tuple[str, object]]]] = {}
         todo = [s.root]
         while todo:  # a container's children are placed within its block, then each child's, in any order
             node = todo.pop()
@@ -34,11 +34,11 @@ class Placement:
             todo += self._place(node)
             self._anchor(node)
 
-    def _rows(self, node: _Node) -> np.ndarray:
+    def _rows(self, node: Node) -> np.ndarray:
         """Whether each target word is aligned to one of the node's source words."""
         return self.links[:, node.words.start:node.words.stop].any(axis=1)
 
-    def _place(self, node: _Node) -> list[_Node]:
+    def _place(self, node: Node) -> list[Node]:
         """The blocks of the node's children (within its own); the children placed."""
         lo, hi = self.span[node]
         taken = np.zeros(hi - lo, dtype=bool)
@@ -53,7 +53,7 @@ class Placement:
                 placed.append(child)
         return placed
 
-    def _block(self, node: _Node, rows: np.ndarray, lo: int, hi: int, taken: np.ndarray) -> tuple[int, int] | None:
+    def _block(self, node: Node, rows: np.ndarray, lo: int, hi: int, taken: np.ndarray) -> tuple[int, int] | None:
         """The largest run of consecutive free target words aligned to the node's words (to the sentence's edge on
         a side where the node continues)."""
         best = _largest(np.flatnonzero(rows & ~taken))
@@ -66,7 +66,7 @@ class Placement:
             b += 1
         return a, b
 
-    def _nearest(self, node: _Node, lo: int, hi: int, taken: np.ndarray) -> tuple[int, int] | None:
+    def _nearest(self, node: Node, lo: int, hi: int, taken: np.ndarray) -> tuple[int, int] | None:
         """The free target word that attends most to the node's source words (source -> target direction)."""
         if taken.all():
             return None
@@ -74,7 +74,7 @@ class Placement:
         j = int(np.argmax(np.where(taken, -np.inf, sums)))  # the first of equals
         return (j + lo, j + lo + 1) if sums[j] > 0 else None  # no evidence at all: keep it as written
 
-    def _anchor(self, node: _Node) -> None:
+    def _anchor(self, node: Node) -> None:
         """Where each atom and unplaced container goes: after the unit before it, else before the next, in no child."""
         lo, hi = self.span[node]
         units = node.units
@@ -104,7 +104,7 @@ class Placement:
             gaps.setdefault(min(max(gap, lo), hi), []).append(unit)
         self.anchors[node] = gaps
 
-    def _edges(self, node: _Node, unit: tuple[str, object], in_child: np.ndarray) -> tuple[int, int] | None:
+    def _edges(self, node: Node, unit: tuple[str, object], in_child: np.ndarray) -> tuple[int, int] | None:
         """Where a unit's target words start and end: a placed child's span, or the largest block aligned to a
         word outside the placed children; None: none."""
         if unit[0] == "node":
@@ -145,11 +145,11 @@ class Placement:
                 frame[4] = j + 1
         return out
 
-    def _frame(self, node: _Node) -> list:
+    def _frame(self, node: Node) -> list:
         lo, hi = self.span[node]
         return [node, lo, hi, {self.span[c][0]: c for c in node.children if c in self.span}, lo]
 
-    def _kept(self, node: _Node, unit: tuple[str, object], after_word: bool, before_word: bool) -> list[Piece]:
+    def _kept(self, node: Node, unit: tuple[str, object], after_word: bool, before_word: bool) -> list[Piece]:
         """An anchored atom or container, copied from the source, with the whitespace it had on the word's side."""
         space_before, space_after = self._around(unit)
         item_indices = [unit[1]] if unit[0] == "atom" else unit[1].items  # type: ignore[union-attr]
@@ -182,7 +182,7 @@ def _monotone(m: int, n: int) -> np.ndarray:
     return np.exp(-np.abs(centres[:, None] - np.arange(n)[None, :]))
 
 
-def _peel(pieces: list[Piece], nodes: dict[Path, _Node]) -> list[Piece]:
+def _peel(pieces: list[Piece], nodes: dict[Path, Node]) -> list[Piece]:
     """Punctuation glued to a word at a container's edge goes outside it when the container's source had none."""
     out: list[Piece] = []
     for k, p in enumerate(pieces):
@@ -199,7 +199,7 @@ def _peel(pieces: list[Piece], nodes: dict[Path, _Node]) -> list[Piece]:
     return out
 
 
-def _outside(path: Path, neighbour: Path, nodes: dict[Path, _Node], start: bool) -> Path:
+def _outside(path: Path, neighbour: Path, nodes: dict[Path, Node], start: bool) -> Path:
     """The path of punctuation at a word's edge: out of the outermost container that opens (closes) at the word
     and that had no punctuation there in the source."""
     common = 0
