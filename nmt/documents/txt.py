@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nmt import workbudget
 from nmt.errors import NmtError
 from nmt.inline import Paragraph, Piece, Run
 from nmt.io import atomic_write
@@ -100,7 +101,9 @@ def _parse(text: str) -> list[str | _Block]:
     parts: list[str | _Block] = []
     current: _Block | None = None
     lines = text.split("\n")
+    budget = workbudget.current()
     for k, line in enumerate(lines):
+        budget.tick()
         end = "\n" if k + 1 < len(lines) else ""
         marker = _MARKER.match(line)
         if not line.strip():
