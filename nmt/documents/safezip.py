@@ -50,7 +50,7 @@ class XmlPart:
         characters the encoding lacks become character references."""
         root = self.tree.getroot()
         encoding = self.tree.docinfo.encoding or "UTF-8"
-        if not self.prolog and self.tree.docinfo.xml_version and encoding.upper().startswith(("UTF-16", "UTF-32")):
+        if not self.prolog and encoding.upper().startswith(("UTF-16", "UTF-32")):
             return etree.tostring(self.tree, encoding=encoding, xml_declaration=True)  # wide: no prolog bytes found
         return self.prolog + etree.tostring(root, encoding=encoding, xml_declaration=False)
 
@@ -114,7 +114,11 @@ class SafeZip:
 
     def part(self, name: str) -> XmlPart:
         """A member parsed as XML, safely, its declared size charged to the work budget first."""
-        workbudget.current().charge("xml_bytes", self.zip.getinfo(name).file_size if name in self.names() else 0)
+        try:
+            size = self.zip.getinfo(name).file_size
+        except KeyError:
+            raise self.error(f"not {_a(self.kind)} file: no {name}") from None
+        workbudget.current().charge("xml_bytes", size)  # before inflating: a refusal costs nothing
         data = self.read(name)
         try:
             root = etree.fromstring(data, etree.XMLParser(**_PARSER_OPTIONS))
