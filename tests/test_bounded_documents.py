@@ -182,6 +182,31 @@ def test_a_passed_deadline_or_a_cancel_stops_the_work(tmp_path: Path) -> None:
         docx_format.translate(src, tmp_path / "out.docx", reverse_upper)
 
 
+def test_a_text_of_a_million_tiny_paragraphs_is_refused_while_read(tmp_path: Path) -> None:
+    """A 19 MiB .txt of "a\\n\\n" took 1.5 GB and 16 s to cut into blocks before any limit was looked at; now the
+    paragraph limit is met while reading. Scaled: 30,000 blocks against a limit of 1,000."""
+    from nmt.documents import txt
+
+    src = tmp_path / "blocks.txt"
+    src.write_text("a\n\n" * 30_000, encoding="utf-8")
+    budget = WorkBudget.within(src.name, paragraphs=1000)
+    with pytest.raises(OverBudget, match=r"blocks\.txt: over 1,000 paragraphs") as e, workbudget.bounded(budget):
+        txt.translate(src, tmp_path / "out.txt", reverse_upper)
+    assert "\n" not in str(e.value) and budget.used.get("paragraphs", 0) == 0  # refused before any was built
+
+
+def test_text_paragraphs_go_to_the_translator_in_chunks(tmp_path: Path) -> None:
+    from nmt.documents import txt
+
+    src = tmp_path / "many.txt"
+    src.write_text("".join(f"{k} red cars\n\n- item {k}\n\n" for k in range(300)), encoding="utf-8")
+    sizes: list[int] = []
+    assert txt.translate(src, tmp_path / "out.txt", lambda ps: sizes.append(len(ps)) or reverse_upper(ps)) == 600
+    assert sizes == [256, 256, 88]
+    out = (tmp_path / "out.txt").read_text(encoding="utf-8")
+    assert out.startswith("CARS RED 0\n\n- 0 ITEM\n\n") and out.endswith("CARS RED 299\n\n- 299 ITEM\n\n")
+
+
 # --- the crashes of item 8 --------------------------------------------------------------------------------------
 
 TEXT_NS = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"

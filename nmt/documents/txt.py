@@ -67,7 +67,7 @@ def pieces_text(pieces: list[Piece]) -> str:
     return "".join(piece.text for piece in pieces)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Block:
     """Lines of a paragraph: the prefix of its first line (indentation, list marker) and the text after it."""
 
@@ -76,24 +76,31 @@ class _Block:
     indent: str  # of continuation lines when wrapped again
 
 
+CHUNK = 256  # paragraphs built, translated and rendered at once
+
+
 def translate(src: Path, dst: Path, translate_paragraphs: TranslateParagraphs) -> int:
     text, style = read_text(src)
     parts = _parse(text)
     blocks = [p for p in parts if isinstance(p, _Block)]
-    paragraphs = {id(b): Paragraph([Run("\n".join(b.lines))], translatable=has_letter) for b in blocks}
-    todo = [p for p in paragraphs.values() if p.texts]
-    done = iter(translate_paragraphs(todo) if todo else [])
-    rendered = {id(p): pieces_text(next(done)) for p in todo}
+    rendered: dict[int, str] = {}
+    budget = workbudget.current()
+    for start in range(0, len(blocks), CHUNK):  # a chunk's Paragraphs at a time: memory follows the text
+        budget.check()
+        chunk = [(b, Paragraph([Run("\n".join(b.lines))], has_letter)) for b in blocks[start:start + CHUNK]]
+        todo = [(b, p) for b, p in chunk if p.texts]
+        done = translate_paragraphs([p for _, p in todo]) if todo else []
+        rendered.update((id(b), pieces_text(pieces)) for (b, _), pieces in zip(todo, done, strict=True))
     out = []
     for part in parts:
         if isinstance(part, str):
             out.append(part)
             continue
-        new = rendered.get(id(paragraphs[id(part)]))
+        new = rendered.get(id(part))
         source = "\n".join(part.lines)
         out.append(part.prefix + (source if new is None or new == source else _wrap(new, part)))
     write_text(dst, "".join(out), style)
-    return len(todo)
+    return len(rendered)
 
 
 def _parse(text: str) -> list[str | _Block]:
@@ -101,7 +108,7 @@ def _parse(text: str) -> list[str | _Block]:
     parts: list[str | _Block] = []
     current: _Block | None = None
     lines = text.split("\n")
-    budget = workbudget.current()
+    budget, blocks = workbudget.current(), 0
     for k, line in enumerate(lines):
         budget.tick()
         end = "\n" if k + 1 < len(lines) else ""
@@ -119,9 +126,18 @@ def _parse(text: str) -> list[str | _Block]:
             prefix = marker.group() if marker else _INDENT.match(line).group()  # type: ignore[union-attr]
             current = _Block(prefix, [line[len(prefix):]], " " * len(prefix))
             parts.append(current)
+            blocks += 1
+            if blocks > budget.limits["paragraphs"]:  # refused here, before millions of blocks fill memory
+                _over(budget, blocks)
         if end:
             parts.append(end)
     return parts
+
+
+def _over(budget: workbudget.WorkBudget, n: int) -> None:
+    """OverBudget for `n` paragraphs, in the budget's words, without counting them in it (nmt.inline counts the
+    paragraphs it builds)."""
+    workbudget.WorkBudget(budget.what, limits=dict(budget.limits)).charge("paragraphs", n)
 
 
 def _wrap(translation: str, block: _Block) -> str:
