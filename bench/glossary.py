@@ -1,31 +1,33 @@
-"""Terminology on Multi30k test2016: a glossary of terms drawn from the references, obeyed two ways (and the
-better-scoring of the two).
+"""Glossaries on the hard cases: are the terms obeyed, and are they put IN PLACE of the word the model would have
+written, on three kinds of terms (Multi30k test2016 by default, or the demo corpus):
 
-    python bench/glossary.py --checkpoint runs/multi30k-en-de/averaged.pt      # after `make multi30k`
-    python bench/glossary.py --checkpoint tests/data/demo-model.pt --src data/demo-raw/test.en \\
-        --ref data/demo-raw/test.de --train-src data/demo-raw/train.en --train-ref data/demo-raw/train.de
+    python bench/glossary.py --checkpoint runs/multi30k-en-de/averaged.pt          # after `make multi30k`
+    python bench/glossary.py --corpus demo --checkpoint tests/data/demo-model.pt   # after `nmt prepare --demo`
 
-The glossary (seeded, reproducible): source words (4+ letters, not in a short stop list) found in at least two test
-sources, each paired with the target word the training data pairs with it most (Dice coefficient over sentence
-pairs, at least 0.3; target words counted where they do not start the sentence, so a term is written as it is
-inside one) when that word is in at least 80% of the references of the test sentences holding the source
-word; `--terms` of them drawn at random. Four runs over the same lines, interleaved per round:
-- `none`: no glossary (the baseline);
-- `constrained`: `nmt translate --glossary`, i.e. Translator.translate_chunk(glossary=...): lines whose translation
-  misses a term searched again by constrained beam search (nmt.constrained);
-- `replace`: the baseline translation (with attention) and, for each missed term, the target words aligned to the
-  term's source words (nmt.inline_align, the alignment documents use) replaced by the term: "placeholders with
-  alignment" without a second search;
-- `best`: on each line the two change, whichever of `constrained` and `replace` the model scores higher
-  (teacher-forced, length-normalized): equal to `constrained` when the search finds the better-scoring output.
-Reported: term success (matches whose target form is in the output, nmt.glossary.obeyed), BLEU of the lines without
-terms (must be identical to the baseline's) and of the lines with terms, and seconds (median of the rounds; the
-ratio to the baseline)."""
+Kinds of terms (seeded, reproducible):
+- `reference`: source words (4+ letters, not in a short stop list) found in at least two test sources, each paired
+  with the target word the training data pairs with it most (Dice over sentence pairs, >= 0.3; counted where it
+  does not start a sentence) when that word is in >= 80% of the references of the test lines holding the source
+  word; `--terms` of them. The model already writes most of them: the easy case.
+- `synonym`: a fixed list of source words with a target the model would not choose (a synonym, a house style:
+  "man" -> "Herr", "small" -> "winzig"); the table prints how often the model wrote it unasked.
+- `keep`: do-not-translate terms (an empty target: the source word must appear as written): the `reference` draw's
+  source words, another seed.
+For `synonym` and `keep`, BLEU is computed against references with the term substituted: in each reference line the
+first word sharing a stem with the source word's Dice translation becomes the term (lines where none is found keep
+their reference).
+
+Methods, on the same baseline translation (nmt.terminology's two candidates, computed once per line):
+- `none`: no glossary; `replace`: the aligned words replaced by the term; `constrained`: the constrained search's
+  best (the replaced candidate where it found none); `rule`: nmt.terminology's choice, what `nmt translate
+  --glossary` does (checked: the product's own output is compared with it and must be identical).
+Reported per kind and method: terms obeyed (nmt.glossary.obeyed), lines with terms whose output has as many words
+as `none`'s give or take 20%, BLEU of the lines with terms (sacreBLEU), whether lines without terms are identical to
+`none` (the product run), and the seconds per line with terms beyond the baseline (medians of --rounds)."""
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import random
 import re
@@ -35,20 +37,29 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import sacrebleu
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from nmt.glossary import Glossary, Match, from_pairs, obeyed  # noqa: E402
-from nmt.inline_align import aligned  # noqa: E402
-from nmt.translator import Translation, Translator  # noqa: E402
+from nmt import terminology  # noqa: E402
+from nmt.glossary import Glossary, from_pairs, obeyed  # noqa: E402
+from nmt.translator import Translator  # noqa: E402
 
 M30 = ROOT.parent / "shared" / "data" / "multi30k"
+DEMO = ROOT / "data" / "demo-raw"
 STOP = frozenset("with from that this there their they them into onto while other some where which what".split())
 _WORD = re.compile(r"[^\W\d_]+")
+SYNONYMS = {  # source word -> a target the model would not choose (checked by the "model unasked" column)
+    "multi30k": {"man": "Herr", "woman": "Dame", "men": "Herren", "women": "Damen", "dog": "Köter", "girl": "Mädel",
+                 "boy": "Bub", "street": "Fahrbahn", "shirt": "Oberteil", "water": "Gewässer", "car": "Wagen",
+                 "building": "Bauwerk", "crowd": "Schar", "grass": "Rasen", "ball": "Kugel", "hat": "Kappe",
+                 "little": "winzige", "large": "riesige", "child": "Kleinkind", "people": "Leute"},
+    "demo": {"small": "winzig", "euros": "EUR", "green": "gruen", "bought": "erworben", "boat": "Schiff",
+             "car": "Wagen", "house": "Gebäude", "fast": "flink", "red": "rot", "big": "riesig"},
+}
+METHODS = ("none", "replace", "constrained", "rule")
 
 
 def words(line: str) -> set[str]:
@@ -74,9 +85,9 @@ def dice_dictionary(train_src: list[str], train_ref: list[str], candidates: set[
     return best
 
 
-def draw_glossary(train_src: list[str], train_ref: list[str], src: list[str], ref: list[str], n: int,
-                  seed: int) -> Glossary:
-    """See the module docstring."""
+def eligible_words(train_src: list[str], train_ref: list[str], src: list[str], ref: list[str]
+                   ) -> tuple[list[str], dict[str, tuple[float, str]]]:
+    """The `reference` kind's candidates (see the module docstring) and the Dice dictionary."""
     test_src = [{w.lower() for w in words(s)} for s in src]
     test_ref = [words(r) for r in ref]
     where: dict[str, list[int]] = {}
@@ -88,141 +99,149 @@ def draw_glossary(train_src: list[str], train_ref: list[str], src: list[str], re
     best = dice_dictionary(train_src, train_ref, set(candidates))
     eligible = sorted(a for a, (dice, b) in best.items()
                       if dice >= 0.3 and sum(b in test_ref[i] for i in candidates[a]) >= 0.8 * len(candidates[a]))
-    chosen = random.Random(seed).sample(eligible, min(n, len(eligible)))
-    return from_pairs([(a, best[a][1]) for a in sorted(chosen)])
+    return eligible, best
 
 
-def replace_terms(translator: Translator, r: Translation, matches: list[Match]) -> str:
-    """The best translation with each missed term's aligned target words replaced by the term's target."""
-    text = r.text[0]
-    missed = [m for m in matches if not obeyed(text, m)]
-    if not missed or not r.hypotheses:
-        return text
-    al = aligned(translator.tokenizer, r)
-    tgt = text.split()
-    if al.scores is None or not tgt:
-        return " ".join([text] + [m.forms[0] for m in missed])
-    starts = [m.start() for m in re.finditer(r"\S+", r.source)]
-    edits = []
-    for m in missed:
-        cols = [i for i, a in enumerate(starts) if m.start <= a < m.end]
-        rows = np.nonzero(al.links[:, cols].any(axis=1))[0].tolist() if al.links is not None else []
-        rows = rows or [int(al.scores[:, cols].sum(axis=1).argmax())]
-        block = _largest_block(rows)
-        edits.append((block[0], block[-1], m.forms[0]))
-    for a, b, form in sorted(set(edits), reverse=True):
-        tail = re.search(r"[^\w]*$", tgt[b]).group()
-        tgt[a:b + 1] = [(form[:1].upper() + form[1:] if a == 0 else form) + tail]
-    return " ".join(tgt)
+def substituted(ref: str, matches: list, dictionary: dict[str, tuple[float, str]]) -> str:
+    """`ref` with, for each term, the first word sharing a stem with the source word's Dice translation replaced by
+    the term's target (or the source word, for a do-not-translate term)."""
+    tokens = ref.split()
+    for m in matches:
+        own = dictionary.get(m.surface.lower(), (0.0, ""))[1]
+        if not own:
+            continue
+        stem = own.lower()[:max(3, len(own) - 2)]
+        for k, tok in enumerate(tokens):
+            core = tok.strip(".,;:!?\"'()")
+            if core.lower().startswith(stem):
+                tokens[k] = tok.replace(core, m.forms[0] if k or not m.forms[0][:1].isalpha()
+                                        else m.forms[0][:1].upper() + m.forms[0][1:])
+                break
+    return " ".join(tokens)
 
 
-def _largest_block(rows: list[int]) -> list[int]:
-    blocks, run = [], [rows[0]]
-    for j in rows[1:]:
-        if j == run[-1] + 1:
-            run.append(j)
-        else:
-            blocks.append(run)
-            run = [j]
-    blocks.append(run)
-    return max(blocks, key=len)
+def glossaries(args: argparse.Namespace, data: dict[str, list[str]]) -> dict[str, tuple[Glossary, list[str]]]:
+    """kind -> (glossary, the references to score it against)."""
+    eligible, best = eligible_words(data["train_src"], data["train_ref"], data["src"], data["ref"])
+    drawn = random.Random(args.seed).sample(eligible, min(args.terms, len(eligible)))
+    kept = random.Random(args.seed + 1).sample(eligible, min(args.terms, len(eligible)))
+    synonyms = SYNONYMS[args.corpus]
+    dictionary = {**best, **dice_dictionary(data["train_src"], data["train_ref"], set(synonyms))}
+    kinds = {"reference": from_pairs([(a, best[a][1]) for a in sorted(drawn)]),
+             "synonym": from_pairs(sorted(synonyms.items())),
+             "keep": from_pairs([(a, "") for a in sorted(kept)])}
+    out = {}
+    for kind, g in kinds.items():
+        refs = data["ref"] if kind == "reference" else [
+            substituted(r, g.find(s), dictionary) for s, r in zip(data["src"], data["ref"])]
+        out[kind] = (g, refs)
+    return out
 
 
-def corpus_bleu(out: list[str], ref: list[str], rows: list[int]) -> float:
-    return sacrebleu.corpus_bleu([out[i] for i in rows], [[ref[i] for i in rows]]).score
+def candidate_outputs(translator: Translator, lines: list[str], glossary: Glossary
+                      ) -> tuple[dict[str, list[str]], float]:
+    """Every method's output for `lines` from one baseline and one set of candidates; the candidates' seconds."""
+    d = translator.decode
+    base = translator.translate_chunk(lines, need_attention=True)  # as translate_chunk(glossary=...) searches
+    out = {m: [r.text[0] for r in base] for m in METHODS}
+    seconds = 0.0
+    for i, r in enumerate(base):
+        matches = glossary.find(r.source) if r.hypotheses else []
+        if not matches or all(obeyed(r.text[0], m) for m in matches):
+            continue
+        started = time.perf_counter()
+        terms = terminology.distinct(matches)
+        found = terminology.candidates(translator, r, terms, False, d)
+        seconds += time.perf_counter() - started
+        out["replace"][i] = found.replaced_text
+        out["constrained"][i] = found.texts[0] if found.texts else found.replaced_text
+        out["rule"][i] = found.chosen(terms, 1)[0][1]
+    return out, seconds
 
 
-@torch.inference_mode()
-def forced_score(translator: Translator, src_ids: list[int], text: str) -> float:
-    """The model's length-normalized score of `text` as the translation of `src_ids` (teacher-forced)."""
-    from nmt.batching import collate
-    from nmt.search import length_normalized
+def report(kind: str, glossary: Glossary, refs: list[str], src: list[str], outputs: dict[str, list[str]],
+           product: list[str], seconds: list[float], baseline: list[float]) -> dict:
+    matches = [glossary.find(s) for s in src]
+    with_terms = [i for i, m in enumerate(matches) if m]
+    without = [i for i, m in enumerate(matches) if not m]
+    total = sum(len(matches[i]) for i in with_terms)
+    none = outputs["none"]
+    per_line = statistics.median(seconds) / max(1, len(with_terms))
+    print(f"\n{kind}: {len(glossary.terms)} terms; {len(with_terms)} of {len(src)} lines hold {total} occurrences; "
+          f"baseline {statistics.median(baseline):.1f} s for all lines, +{per_line * 1000:.0f} ms per line with terms")
+    print(f"  {'method':<12} {'obeyed':>14} {'length +-20%':>13} {'BLEU terms':>10}")
+    row = {"lines_with_terms": len(with_terms), "occurrences": total, "ms_per_line_with_terms": per_line * 1000,
+           "identical_without_terms": all(product[i] == none[i] for i in without),
+           "product_equals_rule": product == outputs["rule"], "methods": {}}
+    for method in METHODS:
+        out = outputs[method]
+        ok = sum(obeyed(out[i], m) for i in with_terms for m in matches[i])
+        close = sum(abs(len(out[i].split()) - len(none[i].split())) <= 0.2 * len(none[i].split()) for i in with_terms)
+        bleu = sacrebleu.corpus_bleu([out[i] for i in with_terms], [[refs[i] for i in with_terms]]).score
+        share = 100 * close / max(1, len(with_terms))
+        print(f"  {method:<12} {ok:>6}/{total:<4}{100 * ok / max(1, total):5.1f}% {share:12.1f}% {bleu:10.2f}")
+        row["methods"][method] = {"obeyed": ok, "length_within_20pct": close, "bleu_with_terms": bleu}
+    print(f"  lines without terms identical to none: {row['identical_without_terms']}; "
+          f"nmt translate --glossary = rule: {row['product_equals_rule']}")
+    return row
 
-    ids, d = translator.special, translator.decode
-    tokens = translator.tokenizer.encode_tgt([text])[0]
-    batch = collate([src_ids], [tokens], pad=ids.pad, bos=ids.bos, eos=ids.eos)
-    logprobs = translator.model(batch.src, batch.tgt_in).float().log_softmax(-1)[0]
-    logprob = float(logprobs.gather(1, batch.tgt_out[0][:, None]).sum())
-    return length_normalized(logprob, len(tokens) + 1, d.length_penalty, d.length_penalty_type)
+
+def show(src: list[str], glossary: Glossary, outputs: dict[str, list[str]], refs: list[str], n: int) -> None:
+    """The first `n` lines whose `rule` output is not within 20% of `none`'s length, then other changed lines."""
+    def off(i: int) -> bool:
+        a, b = len(outputs["rule"][i].split()), len(outputs["none"][i].split())
+        return abs(a - b) > 0.2 * b
+    changed = [i for i in range(len(src)) if outputs["constrained"][i] != outputs["none"][i]]
+    shown = 0
+    for i in sorted(changed, key=lambda i: not off(i)):
+        s = src[i]
+        if shown >= n:
+            break
+        shown += 1
+        terms = ", ".join(f"{m.surface}->{m.term.target or '(keep)'}" for m in glossary.find(s))
+        print(f"    [{terms}] {s}")
+        for method in ("none", "constrained", "replace", "rule"):
+            print(f"      {method + ':':<13}{outputs[method][i]}")
+        print(f"      {'reference:':<13}{refs[i]}")
 
 
-def run(translator: Translator, lines: list[str], glossary: Glossary, method: str) -> tuple[list[str], float]:
-    started = time.perf_counter()
-    if method == "none":
-        out = [r.text[0] for r in translator.translate_chunk(lines)]
-    elif method == "constrained":
-        out = [r.text[0] for r in translator.translate_chunk(lines, glossary=glossary)]
-    elif method == "replace":
-        results = translator.translate_chunk(lines, need_attention=True)
-        out = [replace_terms(translator, r, glossary.find(r.source)) for r in results]
-    else:  # the constrained search's best or the replaced baseline, whichever the model scores higher
-        plain = translator.translate_chunk(lines, need_attention=True)
-        forced = translator.translate_chunk(lines, glossary=glossary)
-        out = []
-        for p, f in zip(plain, forced):
-            if p.text == f.text:
-                out.append(p.text[0])
-                continue
-            replaced = replace_terms(translator, p, glossary.find(p.source))
-            better = forced_score(translator, p.src_ids, replaced) > f.hypotheses[0].score
-            out.append(replaced if better else f.text[0])
-    return out, time.perf_counter() - started
+def load_data(args: argparse.Namespace) -> dict[str, list[str]]:
+    read = lambda p: p.read_text(encoding="utf-8").splitlines()  # noqa: E731
+    folder, test = (M30, "test2016") if args.corpus == "multi30k" else (DEMO, "test")
+    src = read(folder / f"{test}.en")[:args.lines or None]
+    ref = read(folder / f"{test}.de")[:args.lines or None]
+    return {"src": src, "ref": ref, "train_src": read(folder / "train.en"), "train_ref": read(folder / "train.de")}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", type=Path, default=ROOT / "runs" / "multi30k-en-de" / "averaged.pt")
-    ap.add_argument("--src", type=Path, default=M30 / "test2016.en")
-    ap.add_argument("--ref", type=Path, default=M30 / "test2016.de")
-    ap.add_argument("--train-src", type=Path, default=M30 / "train.en")
-    ap.add_argument("--train-ref", type=Path, default=M30 / "train.de")
+    ap.add_argument("--corpus", choices=("multi30k", "demo"), default="multi30k")
+    ap.add_argument("--kinds", default="reference,synonym,keep")
+    ap.add_argument("--lines", type=int, default=0, help="The first N test lines only (0: all).")
     ap.add_argument("--terms", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--glossary-out", type=Path, help="Write the drawn glossary here (TSV).")
-    ap.add_argument("--show", type=int, default=0, help="Print this many lines the glossary changed.")
+    ap.add_argument("--show", type=int, default=0, help="Print this many lines the constrained search changed.")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    read = lambda p: p.read_text(encoding="utf-8").splitlines()  # noqa: E731
-    src, ref = read(args.src), read(args.ref)
-    glossary = draw_glossary(read(args.train_src), read(args.train_ref), src, ref, args.terms, args.seed)
-    if args.glossary_out:
-        args.glossary_out.write_text("".join(f"{t.source}\t{t.target}\n" for t in glossary.terms), encoding="utf-8")
+    data = load_data(args)
     translator = Translator.load(args.checkpoint)
-    matches = [glossary.find(s) for s in src]
-    with_terms = [i for i, m in enumerate(matches) if m]
-    without = [i for i, m in enumerate(matches) if not m]
-    methods = ("none", "constrained", "replace", "best")
-    outputs: dict[str, list[str]] = {}
-    seconds: dict[str, list[float]] = {m: [] for m in methods}
-    for _ in range(args.rounds):
-        for method in methods:
-            outputs[method], s = run(translator, src, glossary, method)
-            seconds[method].append(s)
-    print(f"glossary: {len(glossary.terms)} terms; {len(with_terms)} of {len(src)} lines hold "
-          f"{sum(map(len, matches))} term occurrences")
-    print(f"{'method':<12} {'terms obeyed':>14} {'BLEU no-term':>13} {'BLEU term':>10} {'seconds':>9} {'x none':>7}")
-    record = {"terms": len(glossary.terms), "lines_with_terms": len(with_terms), "methods": {}}
-    base = statistics.median(seconds["none"])
-    for method in methods:
-        out = outputs[method]
-        ok = sum(obeyed(out[i], m) for i in with_terms for m in matches[i])
-        total = sum(len(matches[i]) for i in with_terms)
-        bleu = functools.partial(corpus_bleu, out, ref)
-        same = all(out[i] == outputs["none"][i] for i in without)
-        sec = statistics.median(seconds[method])
-        print(f"{method:<12} {ok:>6}/{total:<4} {100 * ok / total:5.1f}% {bleu(without):>8.2f}{'' if same else '*'}"
-              f"     {bleu(with_terms):>6.2f} {sec:>9.1f} {sec / base:>7.2f}")
-        record["methods"][method] = {"obeyed": ok, "occurrences": total, "bleu_without_terms": bleu(without),
-                                     "identical_without_terms": same, "bleu_with_terms": bleu(with_terms),
-                                     "seconds": seconds[method]}
-    print("(* lines without terms differ from the baseline)")
-    changed = [i for i in with_terms if outputs["constrained"][i] != outputs["none"][i]]
-    for i in changed[:args.show]:
-        terms = ", ".join(f"{m.surface}->{m.term.target}" for m in matches[i])
-        print(f"\n[{terms}] {src[i]}\n  none:        {outputs['none'][i]}\n  constrained: {outputs['constrained'][i]}"
-              f"\n  replace:     {outputs['replace'][i]}\n  reference:   {ref[i]}")
+    record = {}
+    for kind, (glossary, refs) in glossaries(args, data).items():
+        if kind not in args.kinds.split(","):
+            continue
+        seconds, baseline = [], []
+        for _ in range(args.rounds):
+            started = time.perf_counter()
+            translator.translate_chunk(data["src"])
+            baseline.append(time.perf_counter() - started)
+            outputs, s = candidate_outputs(translator, data["src"], glossary)
+            seconds.append(s)
+        product = [r.text[0] for r in translator.translate_chunk(data["src"], glossary=glossary)]
+        record[kind] = report(kind, glossary, refs, data["src"], outputs, product, seconds, baseline)
+        show(data["src"], glossary, outputs, refs, args.show)
     print(json.dumps(record))
 
 

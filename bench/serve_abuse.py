@@ -21,13 +21,18 @@ in a temp file, stopped with SIGTERM at the end, killed if it hangs):
     1 s), SIGTERM. Reported: every answer (status, JSON or not, connection errors), the time from SIGTERM to the
     process's exit and its exit code, and the "Traceback"s in the server's stderr.
 
+  - payloads: each attack of bench/abuse_payloads.py (HTML, documents, a glossary) sent once while /health is
+    polled: the answer (status, error line), wall and server CPU seconds, RSS before and peak, the slowest /health.
+
 Goals (PASS/FAIL each; the exit code is 0 either way, this is a measurement):
   - flood: peak RSS <= idle RSS + 200 MiB; the good client's p99 <= 2 s with no failures; the flooders got at least
     one 503/429 and every non-200 answer was a JSON error (and every 503 carried Retry-After);
   - silent: every silent connection closed within serve.read_timeout + 1 s; the good client answered every time;
     the header trickle and the short body closed or answered with a JSON 4xx (408) within serve.read_timeout + 1 s;
   - sigterm: every request answered 200 or with a JSON 503 (no connection errors, no 500, nothing non-JSON), exit
-    code 0, exit within serve.shutdown_timeout + 5 s.
+    code 0, exit within serve.shutdown_timeout + 5 s;
+  - payloads: each answered 200 or with a JSON 4xx, at most 2 s of server CPU, RSS within idle + 200 MiB, /health
+    always answered within 1 s.
 
 The client (bench/abuse_http.py, bench/abuse_clients.py) is asyncio over raw sockets with a minimal HTTP/1.1
 client (keep-alive, Content-Length or chunked bodies), so thousands of connections cost it little; its open-files
@@ -40,6 +45,7 @@ Usage (from the repository root):
     python bench/serve_abuse.py --scenario flood --seconds 10 --flooders 100 --sentences-per-request 20
     python bench/serve_abuse.py --scenario silent --silent 20
     python bench/serve_abuse.py --scenario sigterm --shutdown-requests 20 --shutdown-timeout 5
+    python bench/serve_abuse.py --scenario payloads                  # issue 43's attacks (bench/abuse_payloads.py)
     python bench/serve_abuse.py --checkpoint runs/multi30k-en-de/averaged.pt --set serve.read_timeout=5
 """
 
@@ -48,6 +54,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import os
 import resource
 import signal
 import statistics
@@ -59,6 +66,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import abuse_payloads
+import httpx
 from abuse_clients import (
     GoodRun,
     Tally,
@@ -261,8 +270,66 @@ async def wait_queued(port: int, tasks: list[asyncio.Task]) -> dict[str, Any]:
     return last
 
 
+async def payloads(args: argparse.Namespace, lines: list[str]) -> Outcome:
+    """Each attack of bench/abuse_payloads.py, one at a time, with /health polled meanwhile: its answer, wall and
+    server CPU seconds, RSS before and peak, the slowest /health."""
+    rows, goals = [], []
+    async with Server(args) as server:
+        for p in abuse_payloads.payloads():
+            progress(f"payloads: {p.name} ({p.size():,} bytes)")
+            idle, cpu, samples, latencies, stop = server.rss(), cpu_seconds(server.proc.pid), [], [], asyncio.Event()
+            sampler = asyncio.create_task(sample_rss(server, samples))
+            poller = asyncio.create_task(poll_health(server.port, latencies, stop))
+            began = time.monotonic()
+            status, line = await asyncio.to_thread(send_payload, server.port, p)
+            took, used = time.monotonic() - began, cpu_seconds(server.proc.pid) - cpu
+            stop.set()
+            await poller
+            sampler.cancel()
+            peak, worst = max([*samples, server.rss() or 0]), max(latencies, default=float("inf"))
+            rows.append((p.name, f"{status} {line[:90]}; {took:.2f} s wall, {used:.2f} s CPU; RSS {mib(idle)} -> "
+                                 f"{mib(peak)}; /health max {worst:.2f} s"))
+            fine = status == 200 or (400 <= status < 500 and line != "non-JSON")
+            goals.append((f"{p.name}: 200 or JSON 4xx ({status}), CPU <= 2 s ({used:.2f}), RSS <= idle + 200 MiB "
+                          f"(+{mib(peak - (idle or peak))}), /health <= 1 s ({worst:.2f})",
+                          fine and used <= 2 and idle is not None and peak <= idle + RSS_GOAL and worst <= 1))
+        rows.append(server.log_row())
+    return Outcome("payloads: the issue-43 attacks, one request each", rows, goals)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def poll_health(port: int, latencies: list[float], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        began = time.monotonic()
+        answered = await get_json(port, "/health", 10)
+        latencies.append(time.monotonic() - began if answered is not None else 10.0)
+        await asyncio.sleep(0.05)
+
+
+def send_payload(port: int, p: abuse_payloads.Payload) -> tuple[int, str]:
+    """The status and the error line (or "ok", "non-JSON") of one attack request."""
+    url = f"http://127.0.0.1:{port}{p.path}"
+    try:
+        if p.file is not None:
+            reply = httpx.post(url, files={"file": p.file}, data={"source": "en", "target": "de"}, timeout=600)
+        else:
+            reply = httpx.post(url, json=p.json, timeout=600)
+    except httpx.HTTPError as e:
+        return 0, f"connection error ({type(e).__name__})"
+    try:
+        body = reply.json()
+    except ValueError:
+        return reply.status_code, "non-JSON"
+    return reply.status_code, "ok" if reply.status_code == 200 else str(body.get("error", body))
+
+
 SCENARIOS: dict[str, Callable[[argparse.Namespace, list[str]], Awaitable[Outcome]]] = {
-    "flood": flood, "silent": silent, "sigterm": sigterm}
+    "flood": flood, "silent": silent, "sigterm": sigterm, "payloads": payloads}
 
 
 # ---- main

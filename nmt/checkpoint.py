@@ -29,6 +29,9 @@ from nmt.tokenizer import Tokenizer
 torch.serialization.add_safe_globals([codecs.encode])
 
 FORMAT = "nmt-checkpoint"
+# what a model computes rather than loads (its positional table: max_positions x d_model floats) may take at most
+# this; the paper's base model takes 2 MiB, so more is a damaged or hand-edited config, not a model
+MAX_COMPUTED_BYTES = 2**30
 VERSION = 2  # 2: the output projection is a module, `output.weight` (the tied embedding) and `output.bias`
 
 
@@ -134,13 +137,46 @@ class Checkpoint(dict):
     def build_model(self, tokenizer: Tokenizer | None = None) -> Transformer:
         """The model with these weights, on CPU in float32 (nmt.precision.prepare puts it to work)."""
         tokenizer = tokenizer or self.tokenizer()
+        self.check_model_shapes()
         model = Transformer.from_config(self.model_config, *self.vocab_sizes, pad_id=tokenizer.special_ids.pad,
                                         joint_vocab=tokenizer.joint)
         try:
             model.load_state_dict(self.weights)
         except RuntimeError as e:
-            raise CheckpointError(f"checkpoint weights do not fit its model config ({first_line(e)})") from None
+            raise CheckpointError(f"checkpoint {self.where}: its weights do not fit its model config "
+                                  f"({first_line(e)})") from None
         return model
+
+    def check_model_shapes(self) -> None:
+        """Refuse, before a model is allocated, a config that does not describe the stored weights: a damaged
+        or hand-edited config asking for d_model 2^20 would otherwise fail in an allocation, with a traceback,
+        or take the machine's memory. Every parameter's shape is made of the layer counts, d_model, d_ff and
+        the vocabulary sizes, so once these match the stored tensors the model is the weights' size, and
+        load_state_dict checks each name and shape. What the model computes rather than loads (its positional
+        table) has a sane limit. (Not a model built on the meta device: its first use costs seconds.)"""
+        cfg, weights, where = self.model_config, self.weights, f"checkpoint {self.where}"
+        for stack in ("encoder_layers", "decoder_layers"):
+            stored = {name.split(".")[1] for name in weights if name.startswith(f"{stack}.")}
+            if len(stored) != getattr(cfg, stack):
+                raise CheckpointError(f"{where}: its config asks for model.{stack}={getattr(cfg, stack)}, "
+                                      f"its weights hold {len(stored)}")
+        src_vocab, tgt_vocab = self.vocab_sizes
+        sizes = {"src_embed.weight": [src_vocab, cfg.d_model], "tgt_embed.weight": [tgt_vocab, cfg.d_model],
+                 "encoder_layers.0.ffn.w1.weight": [cfg.d_ff, cfg.d_model],
+                 "decoder_layers.0.ffn.w1.weight": [cfg.d_ff, cfg.d_model]}
+        for name, shape in sizes.items():
+            stored_shape = list(getattr(weights.get(name), "shape", []))
+            if not stored_shape:
+                raise CheckpointError(f"{where}: its weights lack {name}")
+            if stored_shape != shape:
+                raise CheckpointError(
+                    f"{where}: its model config (d_model={cfg.d_model}, d_ff={cfg.d_ff}, vocabularies {src_vocab} "
+                    f"and {tgt_vocab}) does not fit its weights: {name} is {stored_shape}, the config makes {shape}")
+        table = cfg.max_positions * cfg.d_model * 4  # float32
+        if table > MAX_COMPUTED_BYTES:
+            raise CheckpointError(f"{where}: its model config (max_positions={cfg.max_positions}, d_model="
+                                  f"{cfg.d_model}) makes a {table / 2**30:.1f} GiB positional table, over the "
+                                  f"{MAX_COMPUTED_BYTES / 2**30:.0f} GiB limit")
 
     def decode_config(self, overrides: Sequence[str] = ()) -> DecodeConfig:
         """The search settings of the config the model was trained with, then the `decode.*` `overrides`."""

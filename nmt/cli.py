@@ -108,8 +108,13 @@ def translate(
                               ".pptx, .odt, .epub) is translated keeping its format; other files line by line."
     )] = None,
     output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="Write this file (atomically) instead of stdout (required for docx, pptx, odt, "
-                               "epub).")] = None,
+        "--output", "-o", help="Write this file instead of stdout (required for docx, pptx, odt, epub): a new or "
+                               "regular file is replaced atomically (through a symlink, the file it points to); a "
+                               "FIFO or a device such as /dev/null or /dev/stdout is written through. Refused if it "
+                               "is the --input file, unless --force.")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Allow --output to be the --input file: the translation goes to a temp file that "
+                        "replaces the input at the end.")] = False,
     format: Annotated[str | None, typer.Option(
         "--format", help="Translate --input as this format: txt (paragraphs between blank lines), md, html, srt, "
                          "vtt, docx, pptx, odt, epub, or lines (line by line, whatever the extension). Default: "
@@ -164,7 +169,7 @@ def translate(
         checkpoint=checkpoint, device=device, dtype=dtype, threads=threads, quantize=quantize,
         scores=scores, attention_dir=attention, attention_layer=attention_layer, all_heads=all_heads,
         encoder_attention=encoder_attention, alignment=alignment, progress=progress, format=format,
-        glossary=glossary, config_given=config is not None, decode_overrides=settings,
+        glossary=glossary, force=force, config_given=config is not None, decode_overrides=settings,
         decode_changes={k: v for k, v in changes.items() if v is not None},
     )
     translate_file(_config(config, settings), opts, input, output)

@@ -16,9 +16,11 @@ terms comes after every one that met them all (n-best lists stay full)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from nmt.search import Hypothesis, _log_probs, _step_attention, length_normalized, max_lengths
@@ -109,7 +111,7 @@ def constrained_search(model, src: Tensor, constraints: list[Constraint], contin
                        eos: int, pad: int, beam: int = 5, nbest: int = 1, length_penalty: float = 0.6,
                        length_penalty_type: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50,
                        need_attention: bool = False, attention_layer: int = -1,
-                       ends_word: list[bool] | None = None) -> list[Hypothesis]:
+                       ends_word: list[bool] | None = None, deadline: float | None = None) -> list[Hypothesis]:
     """The `nbest` best hypotheses of the one sentence src [1, S] that contain every constraint (see the module
     docstring). `continues_word` [V] bool: tokens that do not start a word; `ends_word`: as for `advance`. The beam
     widens with the terms (beam x (terms + 1), at most 32): each bank of progress needs room."""
@@ -147,6 +149,8 @@ def constrained_search(model, src: Tensor, constraints: list[Constraint], contin
         chosen = allocate(candidates, width) if t < limit else []
         if not chosen or _cannot_improve(finished, chosen, beam, t, length_penalty, length_penalty_type):
             break
+        if deadline is not None and time.monotonic() > deadline:
+            break
         parents = [c[1] for c in chosen]
         beams = [_Beam(beams[p].tokens + [tok], score, state,
                        beams[p].attention + ([rows_attn[p].cpu()] if rows_attn is not None else []))
@@ -168,3 +172,21 @@ def _cannot_improve(finished: list[Hypothesis], chosen: list, beam: int, t: int,
     if len(finished) < beam:
         return False
     return length_normalized(chosen[0][0], t + 1, alpha, kind) <= finished[-1].score
+
+
+@torch.no_grad()
+def forced(model, src: Tensor, tokens: list[int], *, bos: int, eos: int, length_penalty: float = 0.6,
+           length_penalty_type: str = "gnmt", need_attention: bool = False, attention_layer: int = -1) -> Hypothesis:
+    """`tokens` (then EOS) as the output of the one sentence src [1, S], scored as the searches score a hypothesis
+    (its log-probability, length-normalized), with its attention rows when asked."""
+    memory, src_pad_mask = model.encode(src)
+    cache = model.init_cache(memory, src_pad_mask, len(tokens) + 1)
+    logprob, rows = 0.0, []
+    for previous, token in zip([bos, *tokens], [*tokens, eos]):
+        logits, step_attn = model.decode_step(src.new_full((1,), previous), cache, need_attention)
+        logprob += float(F.log_softmax(logits[0].float(), dim=-1)[token])
+        if step_attn is not None:
+            rows.append(_step_attention(step_attn, attention_layer)[0].cpu())
+    attention = torch.stack(rows).float() if rows else None
+    score = length_normalized(logprob, len(tokens) + 1, length_penalty, length_penalty_type)
+    return Hypothesis(list(tokens), score, logprob, attention)

@@ -60,10 +60,12 @@ class Glossary:
 
     def __post_init__(self) -> None:
         if self.terms:
-            longest_first = sorted(self.terms, key=lambda t: -len(t.source))
-            alternatives = "|".join(_bounded(t.source) for t in longest_first)
-            object.__setattr__(self, "_pattern", re.compile(alternatives, re.IGNORECASE))
-            object.__setattr__(self, "_by_key", {_key(t.source): t for t in self.terms})
+            longest_first = sorted(range(len(self.terms)), key=lambda i: -len(fold(self.terms[i].source)))
+            # one group per term, so a match names its term by position, never by a key its surface might not give
+            # back ("İstanbul" matched by "istanbul", "STRASSE" by "straße")
+            alternatives = "|".join(f"({_bounded(fold(self.terms[i].source))})" for i in longest_first)
+            object.__setattr__(self, "_pattern", re.compile(alternatives))
+            object.__setattr__(self, "_by_key", {f"g{g}": self.terms[i] for g, i in enumerate(longest_first, 1)})
 
     def __bool__(self) -> bool:
         return bool(self.terms)
@@ -72,10 +74,13 @@ class Glossary:
         """The terms in `text`, in source order, each once per occurrence."""
         if self._pattern is None:
             return []
+        folded, where = folded_with_offsets(text)
         found = []
-        for m in self._pattern.finditer(text):
-            term = self._by_key[_key(m.group())]
-            found.append(Match(term, m.group(), _forms(term.target or m.group()), m.start(), m.end()))
+        for m in self._pattern.finditer(folded):
+            term = self._by_key[f"g{m.lastindex}"]
+            start, end = where[m.start()], where[m.end() - 1] + 1
+            surface = text[start:end]
+            found.append(Match(term, surface, _forms(term.target or surface), start, end))
         return found
 
     def merged(self, other: Glossary | None) -> Glossary:
@@ -139,13 +144,34 @@ def load(path: Path | str) -> Glossary:
 
 
 def _key(text: str) -> str:
-    return " ".join(text.split()).casefold()
+    return " ".join(fold(text).split())
+
+
+def fold(text: str) -> str:
+    """`text` for matching in any case, in every script: full case folding (German "ß" = "ss", Greek final "ς" =
+    "σ"), and Turkish dotted "İ" and dotless "ı" both as "i" (casefold gives "i" + a combining dot, and keeps "ı")."""
+    return folded_with_offsets(text)[0]
+
+
+def folded_with_offsets(text: str) -> tuple[str, list[int]]:
+    """fold(text) and, for each of its characters, the index of the character of `text` it comes from."""
+    if text.isascii():
+        return text.lower(), list(range(len(text)))
+    out: list[str] = []
+    where: list[int] = []
+    for i, ch in enumerate(text):
+        f = "i" if ch == "\u0131" else ch.casefold()
+        if f.endswith("\u0307") and f[:1] == "i":
+            f = "i"
+        out.append(f)
+        where.extend([i] * len(f))
+    return "".join(out), where
 
 
 def _bounded(text: str) -> str:
     """`text` as a regex of whole words (any whitespace between them), with a word boundary at each edge whose
     character is of a spaced script."""
-    core = r"\s+".join(re.escape(w) for w in text.split())
+    core = r"\s+".join(re.escape(w) for w in text.split())  # `text` is folded: the source is searched folded
     before = "" if unspaced(text[0]) else r"(?<!\w)"
     after = "" if unspaced(text[-1]) else r"(?!\w)"
     return f"(?:{before}{core}{after})"

@@ -111,6 +111,7 @@ def describe(ck: Checkpoint) -> ModelDescription:
     """The checkpoint `ck` as roles (a one-line error if its weights are not an nmt Transformer's)."""
     weights = {k: v.float() for k, v in ck.weights.items()}
     cfg, tokenizer = ck.model_config, ck.tokenizer()
+    ck.check_model_shapes()  # before the positional table below is made at the config's size
     where = ck.where
 
     def take(name: str) -> Tensor:

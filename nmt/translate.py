@@ -27,7 +27,7 @@ from nmt.config import Config
 from nmt.device import keep_freed_memory
 from nmt.errors import NmtError
 from nmt.glossary import Glossary
-from nmt.io import atomic_output
+from nmt.io import atomic_output, check_outputs
 from nmt.log import console, progress_bar, show_progress
 from nmt.rundir import checkpoint_to_translate
 from nmt.tokenizer import Tokenizer
@@ -45,6 +45,7 @@ class TranslateOptions(ModelOptions):
     progress: bool | None = None
     format: str | None = None  # --format: a document format, "lines", or None: by the input's extension
     glossary: Path | None = None  # --glossary terms.tsv (nmt.glossary)
+    force: bool = False  # --force: --output may be the --input file (replaced by its translation at the end)
 
 
 # --------------------------------------------------------------------------- files
@@ -125,6 +126,7 @@ def translate_file(cfg: Config, opts: TranslateOptions, input: Path | None, outp
         torch.set_num_threads(opts.threads)
     if input is not None and not input.is_file():
         raise NmtError(f"input file not found: {input}")
+    check_outputs({"--output": output, "--alignment": opts.alignment}, input, force=opts.force)
     fmt = documents.detect_format(input, opts.format)
     terms = glossary.load(opts.glossary) if opts.glossary else None
     if fmt is not None:

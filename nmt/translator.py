@@ -14,13 +14,13 @@ from typing import Any
 
 import torch
 
-from nmt import checkpoint
+from nmt import checkpoint, terminology
 from nmt.batching import source_batches
 from nmt.checkpoint import Checkpoint
 from nmt.config import Config, DecodeConfig, check_decode
 from nmt.device import pick_device
 from nmt.errors import NmtError
-from nmt.glossary import Glossary, ends_word, obeyed
+from nmt.glossary import Glossary
 from nmt.log import console
 from nmt.precision import for_inference, prepare
 from nmt.search import Hypothesis, beam_search, greedy_search
@@ -122,29 +122,8 @@ class Translator:
             return greedy_search(self.model, src, **penalty, **common)
         return beam_search(self.model, src, beam=d.beam, nbest=d.nbest, **penalty, **common)
 
-    def _obey(self, results: list[Translation], glossary: Glossary, need_attention: bool, d: DecodeConfig) -> None:
-        """Lines whose hypotheses miss a term of `glossary` are searched again with the terms as constraints
-        (nmt.glossary says what that costs); the others stay as they are."""
-        from nmt.constrained import constrained_search
-
-        ids, continues = self.special, self._continues_word
-        for r in results:
-            matches = glossary.find(r.source) if r.hypotheses else []
-            if not matches or all(obeyed(text, m) for text in r.text for m in matches):
-                continue
-            terms = [([seq for seq in self.tokenizer.encode_tgt(list(m.forms)) if seq], ends_word(m.forms[0]))
-                     for m in matches]
-            terms = [t for t in terms if t[0]]
-            src = torch.tensor([r.src_ids + [ids.eos]], device=self.device)
-            r.hypotheses = constrained_search(
-                self.model, src, [t[0] for t in terms], continues, bos=ids.bos, eos=ids.eos, pad=ids.pad,
-                beam=max(d.beam, d.nbest), nbest=d.nbest, length_penalty=d.length_penalty,
-                length_penalty_type=d.length_penalty_type, max_len_a=d.max_len_a, max_len_b=d.max_len_b,
-                need_attention=need_attention, attention_layer=self.attention_layer, ends_word=[t[1] for t in terms])
-            r.text = self.tokenizer.decode_tgt([h.tokens for h in r.hypotheses])
-
     @functools.cached_property
-    def _continues_word(self) -> torch.Tensor:
+    def continues_word(self) -> torch.Tensor:
         """[V] bool: target pieces that go on the word before them (no leading "▁", a letter or digit first); built
         when a glossary first needs it, not at load."""
         pieces = self.tokenizer.tgt_pieces(list(range(self.tokenizer.tgt_vocab_size)))
@@ -170,11 +149,13 @@ class Translator:
             return results
         for positions, batch in source_batches([ids[i] for i in todo], decode.max_tokens, self.special):
             rows = [todo[j] for j in positions]
-            for r, hyps in zip(rows, self._search(batch.src.to(self.device), need_attention, decode)):
+            # a glossary places terms on the words aligned to their source words: the search's own attention
+            found = self._search(batch.src.to(self.device), need_attention or bool(glossary), decode)
+            for r, hyps in zip(rows, found):
                 results[r].hypotheses = hyps
                 results[r].text = self.tokenizer.decode_tgt([h.tokens for h in hyps])
         if glossary:
-            self._obey(results, glossary, need_attention, decode)
+            terminology.obey(self, results, glossary, need_attention, decode)
         return results
 
     def stream(self, lines: Iterable[str], *, need_attention: bool = False,

@@ -72,8 +72,6 @@ def cpu_seconds(work) -> float:
 
 # --- the attacks of items 2 and 3 -------------------------------------------------------------------------------
 
-# not run until nmt/inline.py builds a Paragraph in linear time (another change of issue 43): it takes minutes now
-@pytest.mark.xfail(run=False, reason="needs the linear Paragraph of nmt/inline.py (issue 43, another change)")
 def test_one_run_of_40000_sentences_is_bounded(tmp_path: Path) -> None:
     """Issue: a 436-byte docx of one run "1? " * 40,000 took 161 s. Now <= 2 s of CPU (or a one-line refusal)."""
     src = make_docx(tmp_path / "qmarks.docx", body("<w:p><w:r><w:t>" + "1? " * 40_000 + "</w:t></w:r></w:p>"))

@@ -93,3 +93,27 @@ def test_search_settings_change_per_call_without_changing_the_translator():
     greedy = t.translate_chunk(lines, beam=1)
     assert [r.text[0] for r in greedy] == [r.text[0] for r in t.translate_chunk(lines, beam=1, nbest=1)]
     assert all(len(r.hypotheses) == 1 for r in greedy)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("d_model", 2**20, "src_embed.weight is [400, 64], the config makes [400, 1048576]"),
+    ("d_ff", 2**30, "encoder_layers.0.ffn.w1.weight is [128, 64]"),
+    ("encoder_layers", 10**9, "model.encoder_layers=1000000000, its weights hold 2"),
+    ("max_positions", 2**30, "256.0 GiB positional table"),
+])
+def test_a_config_that_does_not_fit_the_weights_is_refused_before_the_model_is_allocated(tmp_path, key, value,
+                                                                                          message):
+    """Sizes that would take the machine's memory (or fail in an allocation with a traceback) are compared
+    with the stored tensors first: a one-line error naming the file, with no model built."""
+    ckpt = checkpoint.load(GOLDEN)
+    ckpt["config"]["model"][key] = value
+    ckpt.save(tmp_path / "bad.pt")
+    bad = checkpoint.load(tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError) as e:
+        bad.build_model()
+    assert str(e.value).startswith(f"checkpoint {tmp_path / 'bad.pt'}: ") and message in str(e.value)
+    assert "\n" not in str(e.value)
+    ckpt["vocab"]["tgt"] = 2**40  # a vocabulary size the weights do not have either
+    ckpt["config"]["model"][key] = checkpoint.load(GOLDEN)["config"]["model"][key]
+    with pytest.raises(CheckpointError, match="tgt_embed.weight is \\[400, 64\\]"):
+        ckpt.check_model_shapes()

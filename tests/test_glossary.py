@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt import constrained, glossary
+from nmt import constrained, glossary, terminology
 from nmt.constrained import State, advance, allocate, constrained_search
 from nmt.errors import NmtError
 from nmt.glossary import Glossary, Term, from_pairs, obeyed
@@ -176,7 +176,7 @@ def test_lines_without_terms_or_already_obeying_them_are_translated_as_without_a
     assert "Garten" in plain[0].text[0] and "Zug" in plain[3].text[0] and "Tore" not in plain[1].text[0]
     called = []
     original = constrained.constrained_search
-    monkeypatch.setattr(constrained, "constrained_search", lambda *a, **k: called.append(a) or original(*a, **k))
+    monkeypatch.setattr(terminology, "constrained_search", lambda *a, **k: called.append(a) or original(*a, **k))
     kept = translator.translate_chunk(LINES[2:], glossary=TERMS)
     assert [r.text for r in kept] == [r.text for r in plain[2:]] and called == []
     forced = translator.translate_chunk(LINES, glossary=TERMS)

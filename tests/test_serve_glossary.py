@@ -22,7 +22,7 @@ def client(tmp_path_factory) -> Iterator:
     from nmt.serve import ServeOptions, Service, create_app, open_model
 
     terms = tmp_path_factory.mktemp("glossary") / "terms.tsv"
-    terms.write_text("boat\tSchiff\n", encoding="utf-8")
+    terms.write_text("boat\tSchiff\nistanbul\tIstanbul\n", encoding="utf-8")
     cfg = load_config(None, [f"serve.glossary={terms}", "serve.max_terms=2"])
     service = Service(lambda: open_model(CHECKPOINT, cfg, ServeOptions(dtype="fp32", config_given=False)), cfg.serve)
     with TestClient(create_app(service, cfg.serve), base_url="http://localhost") as c:
@@ -46,7 +46,18 @@ def test_the_servers_glossary_holds_on_every_endpoint(client):
         "translatedText"]
     assert native(client, "forty-two") == ["zweiundvierzig"]
     serve = client.get("/v1/info").json()["serve"]
-    assert serve["glossary_terms"] == 1 and "glossary" not in serve  # how many terms, not where the file is
+    assert serve["glossary_terms"] == 2 and "glossary" not in serve  # how many terms, not where the file is
+
+
+def test_a_turkish_capital_in_a_batch_fails_nobody(client):
+    """"İstanbul" matched the server's "istanbul" but its case-folded key did not: the whole batch got 500."""
+    import concurrent.futures
+
+    lines = ["I love İstanbul.", "The small boat is in the garden.", "forty-two"]
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda k: client.post("/v1/translate", json={"sentences": [lines[k % 3]]}), range(12)))
+    assert [a.status_code for a in answers] == [200] * 12
+    assert all("Istanbul" in a.json()["translations"][0]["text"] for a in answers[::3])
 
 
 def test_a_requests_terms_go_on_top_of_the_servers(client):

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nmt.errors import NmtError
-from nmt.io import as_umask_allows
+from nmt.io import output_path
 from nmt.workbudget import WorkBudget, bounded
 
 if TYPE_CHECKING:
@@ -122,16 +120,7 @@ def translate_document(translator: Translator, src: Path, dst: Path, fmt: str | 
 
 @contextlib.contextmanager
 def _temp_beside(dst: Path) -> Iterator[Path]:
-    """A temp path beside `dst`, renamed over it when the block succeeds, removed whatever happens otherwise."""
-    if dst.is_dir():
-        raise NmtError(f"output {dst} is a directory")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-    os.close(fd)
-    tmp = Path(name)
-    as_umask_allows(tmp)
-    try:
+    """A temp path for `dst`'s content, put in place when the block succeeds (nmt.io.output_path's rule: a
+    regular file replaced atomically, a symlink's target replaced, a FIFO or device written through)."""
+    with output_path(dst) as tmp:
         yield tmp
-        os.replace(tmp, dst)
-    finally:
-        tmp.unlink(missing_ok=True)

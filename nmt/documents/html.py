@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from html import parser as html_parser
 from html.parser import HTMLParser
 from pathlib import Path
 
+from nmt import workbudget
 from nmt.documents.html_inline import INLINE_TAGS, HtmlParagraph, Token, text_tokens
 from nmt.documents.txt import TranslateParagraphs, read_text, write_text
+from nmt.errors import NmtError
 from nmt.inline import Aligned, Paragraph, Piece
 from nmt.inline_split import ABBREVIATIONS, split_sentences
 
@@ -43,6 +47,10 @@ VOID_TAGS = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input
 INLINE_VOID = frozenset({"img", "wbr"})  # kept in a sentence as atoms; other void tags (br, hr...) end a paragraph
 
 _TAG_LIKE = re.compile(r"<[a-zA-Z/!?]")
+_COMMENT_END = re.compile(r"--!?\s*>")
+_SECTION_END = re.compile(r"\]\s*>")
+_SECTION = re.compile(r"<!\[([a-zA-Z][-_.a-zA-Z0-9]*)?")  # a marked section and its keyword
+_SECTION_NAMES = frozenset({"temp", "cdata", "ignore", "include", "rcdata", "if", "else", "endif"})
 
 
 @dataclass
@@ -132,8 +140,10 @@ class _Scanner(HTMLParser):
         self._xml = xml
         self.events: list[tuple[int, str, str]] = []
         self._stack: list[tuple[str, bool]] = []  # open elements: (tag, text inside is skipped)
+        self._open: Counter[str] = Counter()  # of the open elements' tags: a stray end tag is known in O(1)
         # getpos() is (line, column); this turns it into an offset in the source.
         self._line_starts = [0] + [m.end() for m in re.finditer("\n", source)]
+        self._guard = _Terminators(source)
 
     def _offset(self) -> int:
         line, column = self.getpos()
@@ -141,12 +151,14 @@ class _Scanner(HTMLParser):
 
     def _markup(self, kind: str = "markup", tag: str = "") -> None:
         self.events.append((self._offset(), kind, tag))
+        workbudget.current().tick()
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         skipped = self._skipping() or _skips(tag, attrs)
         self._markup("skip" if skipped else "start", tag)
         if tag not in VOID_TAGS:
             self._stack.append((tag, skipped))
+            self._open[tag] += 1
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         """In HTML "<br/>" opens nothing (void), but "<code/>" opens a <code> in browsers: the slash is ignored; in
@@ -157,16 +169,21 @@ class _Scanner(HTMLParser):
             self._markup("skip" if self._skipping() or _skips(tag, attrs) else "empty", tag)
 
     def handle_endtag(self, tag: str) -> None:
-        # Close up to the matching open element, as browsers do with unclosed inner ones; a stray end tag closes none.
-        for depth in range(len(self._stack) - 1, -1, -1):
-            if self._stack[depth][0] == tag:
-                self._markup("skip" if self._stack[depth][1] else "end", tag)
-                del self._stack[depth:]
-                return
+        # Close up to the matching open element, as browsers do with unclosed inner ones; a stray end tag closes none
+        # (known from the count, not by a scan of the stack: the scan only passes elements it closes).
+        if self._open[tag]:
+            depth = len(self._stack) - 1
+            while self._stack[depth][0] != tag:
+                depth -= 1
+            self._markup("skip" if self._stack[depth][1] else "end", tag)
+            self._open.subtract(name for name, _ in self._stack[depth:])
+            del self._stack[depth:]
+            return
         self._markup("skip" if self._skipping() else "end", tag)
 
     def handle_data(self, data: str) -> None:
         self.events.append((self._offset(), "skip" if self._skipping() else "text", data))
+        workbudget.current().tick()
 
     def _skipping(self) -> bool:
         return bool(self._stack) and self._stack[-1][1]
@@ -175,6 +192,64 @@ class _Scanner(HTMLParser):
         self._markup("skip" if self._skipping() else "markup")
 
     handle_decl = handle_pi = handle_unknown_decl = handle_comment
+
+    # HTMLParser looks for the end of a construct from where it starts to the end of the input, and when there is
+    # none (at close()) it moves on by one tag or one '<' and looks again: quadratic ("a <" * 10000: 12 s). These
+    # answer "not terminated" at once where no terminator follows, which is what the full search would find.
+    def check_for_whole_start_tag(self, i: int) -> int:
+        return self._guard.start_tag(self, i, super().check_for_whole_start_tag)
+
+    def parse_endtag(self, i: int) -> int:
+        return -1 if self._guard.unclosed(self, i + 1) else super().parse_endtag(i)
+
+    def parse_pi(self, i: int) -> int:
+        return -1 if self._guard.unclosed(self, i + 2) else super().parse_pi(i)
+
+    def parse_comment(self, i: int, report: int = 1) -> int:
+        return -1 if self._guard.unclosed(self, i + 2, "comment") else super().parse_comment(i, report)
+
+    def parse_html_declaration(self, i: int) -> int:
+        if self.rawdata.startswith("<!--", i):
+            return super().parse_html_declaration(i)
+        section = _SECTION.match(self.rawdata, i)
+        if section and section.group(1).lower() not in _SECTION_NAMES:
+            return super().parse_html_declaration(i)  # refused by the parser at once (an AssertionError)
+        return -1 if self._guard.unclosed(self, i + 2, "section" if section else ">") else super(
+            ).parse_html_declaration(i)
+
+
+class _Terminators:
+    """Where the last terminator of each kind of construct is in the source (its start): a construct starting
+    after it cannot end. Tolerant of the parser's version: a comment may end with "-->", "--!>", "-- >" or, abruptly,
+    "<!-->"; a marked section with "]>" or "]]>"; the rest with ">". A start tag's attributes may hold quoted '>'s:
+    the first whose attributes run to the end of the source marks every later start tag as unterminated too (the
+    rest is then text, kept as written: see `parse_html`)."""
+
+    def __init__(self, source: str) -> None:
+        self._length = len(source)
+        self._last = {">": source.rfind(">"), "comment": _last_match(_COMMENT_END, source),
+                      "section": _last_match(_SECTION_END, source)}
+        self._runaway = len(source) + 1  # where the first start tag running to the end starts
+
+    def unclosed(self, parser: HTMLParser, i: int, kind: str = ">") -> bool:
+        """Whether no `kind` terminator starts at or after `i` (an index into the parser's rawdata, a suffix of the
+        source)."""
+        return self._last[kind] < self._length - len(parser.rawdata) + i
+
+    def start_tag(self, parser: HTMLParser, i: int, check: Callable[[int], int]) -> int:
+        at = self._length - len(parser.rawdata) + i
+        if at >= self._runaway or self.unclosed(parser, i):
+            return -1  # without a '>' a start tag is never a tag (the parser gives it as text either way)
+        end = check(i)
+        tag_end = getattr(html_parser, "locatestarttagend_tolerant", None)
+        if end < 0 and tag_end is not None and tag_end.match(parser.rawdata, i).end() == len(parser.rawdata):
+            self._runaway = at
+        return end
+
+
+def _last_match(pattern: re.Pattern[str], source: str) -> int:
+    """The start of the last match of `pattern` (one whose matches cannot overlap) in `source`; -1: none."""
+    return max((m.start() for m in pattern.finditer(source)), default=-1)
 
 
 def _skips(tag: str, attrs: list[tuple[str, str | None]]) -> bool:
@@ -194,6 +269,8 @@ def source_slices(source: str, xml: bool = False) -> list[tuple[str, str, str]]:
     try:
         scanner.feed(source)
         scanner.close()
+    except NmtError:  # over the work budget, past the deadline
+        raise
     except Exception:  # e.g. AssertionError on `<![x[`: the rest is kept as it is, untranslated
         scanner.events.append((scanner._offset(), "markup", ""))
     events = [(0, "markup", "")] + scanner.events + [(len(source), "end-of-source", "")]

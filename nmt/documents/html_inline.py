@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from nmt import workbudget
 from nmt.inline import Aligned, Paragraph, Path, Piece, Run
 
 # Elements that stay inside a sentence (the rest, and comments, end a paragraph: p, div, li, td, br, h1...).
@@ -62,18 +63,24 @@ class HtmlParagraph:
         self._close: dict[int, str] = {}
         self._sources: list[tuple[str, list[int] | None]] = []  # each run's raw text and decoded -> raw offsets
         runs, stack = [], []
+        budget = workbudget.current()
+        path: tuple[int, ...] = ()  # tuple(stack), built again only when the stack changed (runs share it)
         for k, token in enumerate(tokens):
+            budget.tick()
             if token.kind == "open":
                 self._open[k] = token.raw
                 stack.append(k)
+                budget.nest(len(stack))  # before a path that deep is built: no depth x runs paths
+                path = tuple(stack)
             elif token.kind == "close":
                 self._close[stack.pop()] = token.raw
+                path = tuple(stack)
             elif token.kind == "atom":
-                runs.append(Run(token.raw, tuple(stack), atom=True))
+                runs.append(Run(token.raw, path, atom=True))
                 self._sources.append((token.raw, None))
             else:
                 decoded, where = _decode(token.raw)
-                runs.append(Run(decoded, tuple(stack)))
+                runs.append(Run(decoded, path))
                 self._sources.append((token.raw, where))
         self._paragraph = Paragraph(runs, translatable=_translatable)
         cuts = [(k, i) for k, a, b in self._paragraph.slices() for i in (a, b)]
@@ -128,10 +135,13 @@ def _atoms_for_unpaired(tokens: list[Token]) -> list[Token]:
             else:
                 stray.add(k)
     stray.update(stack)
+    texts = [0]  # texts[k]: how many text tokens come before token k (an element's text known in O(1))
+    for token in tokens:
+        texts.append(texts[-1] + (token.kind == "text"))
     out, k = [], 0
     while k < len(tokens):
         end = pairs.get(k)
-        if end is not None and not any(t.kind == "text" for t in tokens[k:end]):
+        if end is not None and texts[end] == texts[k]:
             out.append(Token("atom", "".join(t.raw for t in tokens[k:end + 1])))
             k = end + 1
             continue

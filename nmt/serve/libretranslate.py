@@ -8,9 +8,11 @@ lists them."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from nmt.documents.html import parse_html
+from nmt.errors import NmtError, first_line
 from nmt.inline_align import aligned
 from nmt.serve.bodies import form_or_json
 from nmt.serve.detect import Candidates, Detector
@@ -18,6 +20,9 @@ from nmt.serve.http_errors import ApiError, shown, validation_message
 from nmt.serve.native import Api
 from nmt.serve.web import BaseModel, FastAPI, Field, JSONResponse, Request, ValidationError
 from nmt.serve.worker import Service
+from nmt.workbudget import OverBudget, WorkBudget, bounded
+
+T = TypeVar("T")
 
 
 class LibreRequest(BaseModel):
@@ -77,6 +82,7 @@ async def translate(api: Api, request: Request) -> JSONResponse:
     if fmt not in ("text", "html"):
         raise ApiError(400, f"{shown(req.format)} format is not supported")
     texts = [req.q] if isinstance(req.q, str) else req.q
+    _check_size(api, texts)
     source, target = req.source or None, req.target or None  # as written: routing canonicalises (nmt.langcodes)
     detected = None
     if (source or "").lower() == "auto":  # LibreTranslate detects over all the texts together, answers it for each
@@ -114,17 +120,48 @@ async def _translate_html(api: Api, request: Request, service: Service, req: Lib
     """format=html: the sentences of each fragment, across its inline tags, are translated with their attention and
     the inline tags put on the aligned words (nmt.documents.html), the markup comes back as sent; `alternatives` are
     empty, as LibreTranslate gives them for HTML."""
-    docs = [parse_html(text) for text in texts]
+    budget = WorkBudget.within("the request", api.limits.request_timeout)
+    docs = await _bounded(budget, lambda: [parse_html(text) for text in texts])
     flat = [sentence for doc in docs for sentence in doc.texts]
     api.check_sentences(flat, libre=True)
     search = api.search(service, None, None)._replace(attention=True)
-    results = iter(await api.translate(request, service, flat, search) if flat else [])
+    results = list(await api.translate(request, service, flat, search) if flat else [])
     tokenizer = service.model.translator.tokenizer  # type: ignore[union-attr]
-    rendered = [doc.render([aligned(tokenizer, next(results)) for _ in doc.texts]) for doc in docs]
+
+    def render() -> list[str]:
+        done = iter(results)
+        return [doc.render([aligned(tokenizer, next(done)) for _ in doc.texts]) for doc in docs]
+
+    rendered = await _bounded(budget, render)
     answer: dict[str, Any] = {"translatedText": rendered[0] if isinstance(req.q, str) else rendered}
     if req.alternatives:
         answer["alternatives"] = [] if isinstance(req.q, str) else [[] for _ in texts]
     return answer
+
+
+def _check_size(api: Api, texts: list[str]) -> None:
+    """All of q within serve.max_sentences x serve.max_chars characters, before it is split or parsed (the
+    sentences are checked one by one after)."""
+    total, most = sum(len(text) for text in texts), api.limits.max_sentences * api.limits.max_chars
+    if total > most:
+        raise ApiError(400, f"Invalid request: request ({total}) exceeds text limit ({most}): q has {total} "
+                       f"characters, over serve.max_sentences x serve.max_chars = {most}", "serve.max_chars")
+
+
+async def _bounded(budget: WorkBudget, work: Callable[[], T]) -> T:
+    """`work` under `budget` on a worker thread, so that the event loop (and /health) stays free; over the budget:
+    a JSON 400 (past its deadline: 503)."""
+
+    def run() -> T:
+        with bounded(budget):
+            return work()
+
+    try:
+        return await asyncio.to_thread(run)
+    except OverBudget as e:
+        raise ApiError(400, f"Invalid request: {first_line(e)}") from None
+    except NmtError as e:  # TimedOut, Cancelled
+        raise ApiError(503, first_line(e)) from None
 
 
 async def _detect(api: Api, text: str) -> Candidates:

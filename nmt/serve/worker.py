@@ -13,12 +13,14 @@ from typing import Any, NamedTuple
 
 import torch
 
+from nmt import terminology
 from nmt.config import Config, ServeConfig
 from nmt.errors import NmtError, first_line
 from nmt.glossary import Glossary
 from nmt.log import console
 from nmt.serve.batcher import Batcher
 from nmt.translator import ModelOptions, Translation, Translator
+from nmt.workbudget import WorkBudget, bounded
 
 
 @dataclass
@@ -153,5 +155,8 @@ class Service:
             top_k, query = search.explain
             return [explain_sentence(self.model.translator, line, top_k=top_k, query=query, beam=search.beam)
                     for line in lines]
-        return self.model.translator.translate_chunk(lines, beam=search.beam, nbest=search.nbest,
-                                                     need_attention=search.attention, glossary=search.glossary)
+        # glossary lines' constrained searches stop at this deadline (nmt.terminology): a batch stays short
+        budget = WorkBudget.within("a batch", seconds=self.limits.max_batch_seconds + terminology.SEARCH_SECONDS)
+        with bounded(budget):
+            return self.model.translator.translate_chunk(lines, beam=search.beam, nbest=search.nbest,
+                                                         need_attention=search.attention, glossary=search.glossary)
