@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from nmt.errors import NmtError
 from nmt.io import output_path
+from nmt.workbudget import WorkBudget, bounded
 
 if TYPE_CHECKING:
     from nmt.inline import Paragraph, Piece
@@ -92,8 +93,10 @@ def check_document(src: Path, fmt: str, max_bytes: int = MAX_BYTES) -> None:
 
 
 def translate_document(translator: Translator, src: Path, dst: Path, fmt: str | None = None,
-                       max_bytes: int = MAX_BYTES, **search: Any) -> Report:
-    """Translate the document `src` into `dst` (atomically), keeping its format; `fmt` defaults to the extension's."""
+                       max_bytes: int = MAX_BYTES, budget: WorkBudget | None = None, **search: Any) -> Report:
+    """Translate the document `src` into `dst` (atomically), keeping its format; `fmt` defaults to the extension's.
+    The work is bounded by `budget` (default: the default limits, no deadline), opened here so that every count is
+    this document's: a document over a limit is refused in one line (OverBudget)."""
     fmt = fmt or FORMATS.get(src.suffix.lower())
     if fmt is None:
         raise NmtError(f"{src}: unknown document extension {src.suffix!r}: give --format (one of "
@@ -109,7 +112,7 @@ def translate_document(translator: Translator, src: Path, dst: Path, fmt: str | 
         report.sentences += sum(len(p.texts) for p in paragraphs)
         return translate_paragraphs(translator, paragraphs, **search)
 
-    with _temp_beside(dst) as tmp:
+    with bounded(budget or WorkBudget(src.name)), _temp_beside(dst) as tmp:
         report.paragraphs = module.translate(src, tmp, translate)
     report.seconds = time.perf_counter() - started
     return report

@@ -10,8 +10,8 @@ list labels are numbers and stay); in the OPF package, the book's dc:title and d
 holding escaped HTML stays as it is). Not translated: CSS, images, fonts, the mimetype, container.xml, and the rest
 of the OPF (identifiers, authors, manifest, spine, and the language: dc:language and the documents' lang attributes
 still name the source's), copied byte-identical with their zip entries' order, names, dates and compression
-(mimetype first and stored stays so: nmt.documents.safezip). The paragraphs of all members go to the model in one
-call.
+(mimetype first and stored stays so: nmt.documents.safezip). Members are read, translated and written one at a
+time (a member's paragraphs go to the model in one call), so memory follows the largest member, not the book.
 
 Worked on the zip with SafeZip and on each member's source text (the HTML parser's slices), not through ebooklib
 (the tests build and read books with it): ebooklib re-serializes the OPF, the NCX and every document on save;
@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote
 
+from nmt import workbudget
 from nmt.documents.html import HtmlDoc, parse_html, source_slices
 from nmt.documents.html_inline import HtmlParagraph, text_tokens
 from nmt.documents.safezip import SafeZip, open_zip, removed_on_error
@@ -47,18 +48,27 @@ Stack = list[str]  # the local names of the open elements, outermost first
 
 
 def translate(src: Path, dst: Path, translate_paragraphs: TranslateParagraphs) -> int:
-    """`src` translated into `dst`; the number of paragraphs translated."""
+    """`src` translated into `dst`, one member at a time as the output is written; the number of paragraphs
+    translated."""
+    count = 0
+
+    def translated(name: str) -> bytes | None:
+        nonlocal count
+        if name not in kinds:
+            return None
+        source = box.read(name)
+        workbudget.current().charge("xml_bytes", len(source))
+        doc = _parse(box, name, source, kinds[name])
+        paragraphs = doc.paragraphs()
+        count += len(paragraphs)
+        return _encode(doc.write(translate_paragraphs(paragraphs) if paragraphs else []), source)
+
     with removed_on_error(dst), open_zip(src, "EPUB", CONTAINER) as box:
         _refuse_drm(box)
         opf = _package_path(box)
-        items = [(opf, "opf"), *_text_items(box, opf)]
-        sources = {name: box.read(name) for name, _ in items}
-        docs = {name: _parse(box, name, sources[name], kind) for name, kind in items}
-        paragraphs = [p for doc in docs.values() for p in doc.paragraphs()]
-        rendered = iter(translate_paragraphs(paragraphs) if paragraphs else [])
-        texts = {name: doc.write([next(rendered) for _ in doc.paragraphs()]) for name, doc in docs.items()}
-        box.write(dst, {name: _encode(text, sources[name]) for name, text in texts.items()})
-    return len(paragraphs)
+        kinds = dict([(opf, "opf"), *_text_items(box, opf)])
+        box.write(dst, translated)
+    return count
 
 
 def _refuse_drm(box: SafeZip) -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from lxml import etree
 
-from nmt.documents.office_ooxml import ATOM_TEXT, TranslateParagraphs, local, translatable
-from nmt.documents.safezip import open_zip, removed_on_error, serialize
+from nmt.documents.office_ooxml import ATOM_TEXT, TranslateParagraphs, local, translatable, translate_elements
+from nmt.documents.safezip import open_zip, removed_on_error
 from nmt.inline import Paragraph, Piece, Run
 
 TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
@@ -36,8 +36,9 @@ class OdfParagraph:
 
     def _scan(self, el: etree._Element, path: tuple[object, ...]) -> None:
         self._text(el.text, path)
-        for child in el:
-            if etree.QName(child).namespace == TEXT and local(child) in CONTAINERS and "".join(child.itertext()):
+        for child in el:  # (comments, processing instructions and entity references are atoms: no QName)
+            if isinstance(child.tag, str) and etree.QName(child).namespace == TEXT and local(child) in CONTAINERS \
+                    and "".join(child.itertext()):
                 handle = (local(child), len(self._containers))
                 self._containers[handle] = child
                 self._scan(child, path + (handle,))
@@ -89,16 +90,19 @@ def _paragraphs(root: etree._Element, styles: bool) -> list[etree._Element]:
 
 
 def translate(src: Path, dst: Path, translate_paragraphs: TranslateParagraphs) -> int:
-    """`src` translated into `dst`; the number of paragraphs translated."""
-    with removed_on_error(dst), open_zip(src, "odt", "content.xml") as box:
-        names = [name for name in ("content.xml", "styles.xml") if name in box.names()]
-        trees = {name: box.xml(name) for name in names}
-        paragraphs = [OdfParagraph(p, translatable) for name, tree in trees.items()
-                      for p in _paragraphs(tree.getroot(), name == "styles.xml")]
-        paragraphs = [p for p in paragraphs if p.paragraph.texts]
-        rendered = translate_paragraphs([p.paragraph for p in paragraphs]) if paragraphs else []
-        for p, pieces in zip(paragraphs, rendered, strict=True):
-            p.write(pieces)
-        box.write(dst, {name: serialize(tree, box.read(name)) for name, tree in trees.items()})
-    return len(paragraphs)
+    """`src` translated into `dst`, one part at a time as the output is written; the number of paragraphs
+    translated."""
+    count = 0
 
+    def translated(name: str) -> bytes | None:
+        nonlocal count
+        if name not in ("content.xml", "styles.xml"):
+            return None
+        part = box.part(name)
+        count += translate_elements(_paragraphs(part.tree.getroot(), name == "styles.xml"),
+                                    lambda p: OdfParagraph(p, translatable), translate_paragraphs)
+        return part.serialize()
+
+    with removed_on_error(dst), open_zip(src, "odt", "content.xml") as box:
+        box.write(dst, translated)
+    return count

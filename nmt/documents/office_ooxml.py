@@ -22,10 +22,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from lxml import etree
 
-from nmt.documents.safezip import SafeZip, open_zip, removed_on_error, serialize
+from nmt import workbudget
+from nmt.documents.safezip import open_zip, removed_on_error
 from nmt.inline import Paragraph, Piece, Run
 
 TranslateParagraphs = Callable[[list[Paragraph]], list[list[Piece]]]
@@ -271,25 +273,49 @@ def translatable(sentence: str) -> bool:
     return any(c.isalpha() for c in sentence)
 
 
-def translate_parts(box: SafeZip, names: list[str], d: Dialect, paragraph_tag: str,
-                    translate_paragraphs: TranslateParagraphs) -> tuple[dict[str, bytes], int]:
-    """Every paragraph of the parts `names` of an open SafeZip translated in one call: (new part bytes, count)."""
-    trees = {name: box.xml(name) for name in names}
-    paragraphs = [OoxmlParagraph(p, d, translatable) for tree in trees.values()
-                  for p in list(tree.getroot().iter(d.tag(paragraph_tag)))]
-    paragraphs = [p for p in paragraphs if p.paragraph.texts]
-    rendered = translate_paragraphs([p.paragraph for p in paragraphs]) if paragraphs else []
-    for p, pieces in zip(paragraphs, rendered, strict=True):
-        p.write(pieces)
-    return {name: serialize(tree, box.read(name)) for name, tree in trees.items()}, len(paragraphs)
+CHUNK = 256  # paragraphs of a part read, translated and written back at once (all their objects held then)
+
+
+class Writable(Protocol):
+    paragraph: Paragraph
+
+    def write(self, pieces: list[Piece]) -> None: ...
+
+
+def translate_elements(elements: list[etree._Element], make: Callable[[etree._Element], Writable],
+                       translate_paragraphs: TranslateParagraphs) -> int:
+    """The paragraph elements of a part translated CHUNK at a time, so that memory follows a chunk's paragraphs, not
+    the part's; the work budget in force is checked between chunks and ticked per paragraph. The count translated."""
+    budget, count = workbudget.current(), 0
+    for start in range(0, len(elements), CHUNK):
+        budget.check()
+        chunk = []
+        for el in elements[start:start + CHUNK]:
+            budget.tick()
+            if (p := make(el)).paragraph.texts:
+                chunk.append(p)
+        rendered = translate_paragraphs([p.paragraph for p in chunk]) if chunk else []
+        for p, pieces in zip(chunk, rendered, strict=True):
+            p.write(pieces)
+        count += len(chunk)
+    return count
 
 
 def translate_package(src: Path, dst: Path, kind: str, required: str, parts: re.Pattern, d: Dialect,
                       translate_paragraphs: TranslateParagraphs) -> int:
     """A docx or pptx `src` (`kind`, its main part `required`) translated into `dst`: the paragraphs of every part
-    whose name matches `parts`; the number of paragraphs translated."""
+    whose name matches `parts`, one part at a time as the output is written; the number of paragraphs translated."""
+    count = 0
+
+    def translated(name: str) -> bytes | None:
+        nonlocal count
+        if not parts.fullmatch(name):
+            return None
+        part = box.part(name)
+        count += translate_elements(list(part.tree.getroot().iter(d.tag("p"))),
+                                    lambda p: OoxmlParagraph(p, d, translatable), translate_paragraphs)
+        return part.serialize()
+
     with removed_on_error(dst), open_zip(src, kind, required) as box:
-        names = [name for name in box.names() if parts.fullmatch(name)]
-        new_parts, count = translate_parts(box, names, d, "p", translate_paragraphs)
-        box.write(dst, new_parts)
+        box.write(dst, translated)
     return count

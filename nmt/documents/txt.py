@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import re
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from nmt import workbudget
 from nmt.errors import NmtError
 from nmt.inline import Paragraph, Piece, Run
 from nmt.io import atomic_write
@@ -66,42 +67,54 @@ def pieces_text(pieces: list[Piece]) -> str:
     return "".join(piece.text for piece in pieces)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Block:
-    """Lines of a paragraph: the prefix of its first line (indentation, list marker) and the text after it."""
+    """A paragraph's lines: the prefix of its first line (indentation, list marker) and the offsets of the text after
+    it (its lines are not held one by one: a text of millions of short lines stays one string)."""
 
     prefix: str
-    lines: list[str]
+    start: int
+    end: int
     indent: str  # of continuation lines when wrapped again
+    width: int  # its longest line, prefix included
+    lines: int = 1
+
+
+CHUNK = 256  # paragraphs built, translated and rendered at once
 
 
 def translate(src: Path, dst: Path, translate_paragraphs: TranslateParagraphs) -> int:
     text, style = read_text(src)
     parts = _parse(text)
     blocks = [p for p in parts if isinstance(p, _Block)]
-    paragraphs = {id(b): Paragraph([Run("\n".join(b.lines))], translatable=has_letter) for b in blocks}
-    todo = [p for p in paragraphs.values() if p.texts]
-    done = iter(translate_paragraphs(todo) if todo else [])
-    rendered = {id(p): pieces_text(next(done)) for p in todo}
+    rendered: dict[int, str] = {}
+    budget = workbudget.current()
+    for start in range(0, len(blocks), CHUNK):  # a chunk's Paragraphs at a time: memory follows the text
+        budget.check()
+        chunk = [(b, Paragraph([Run(text[b.start:b.end])], has_letter)) for b in blocks[start:start + CHUNK]]
+        todo = [(b, p) for b, p in chunk if p.texts]
+        done = translate_paragraphs([p for _, p in todo]) if todo else []
+        rendered.update((id(b), pieces_text(pieces)) for (b, _), pieces in zip(todo, done, strict=True))
     out = []
     for part in parts:
         if isinstance(part, str):
             out.append(part)
             continue
-        new = rendered.get(id(paragraphs[id(part)]))
-        source = "\n".join(part.lines)
+        new = rendered.get(id(part))
+        source = text[part.start:part.end]
         out.append(part.prefix + (source if new is None or new == source else _wrap(new, part)))
     write_text(dst, "".join(out), style)
-    return len(todo)
+    return len(rendered)
 
 
 def _parse(text: str) -> list[str | _Block]:
     """The text as blocks and what lies between them (blank lines, line ends), in order."""
     parts: list[str | _Block] = []
     current: _Block | None = None
-    lines = text.split("\n")
-    for k, line in enumerate(lines):
-        end = "\n" if k + 1 < len(lines) else ""
+    budget, blocks = workbudget.current(), 0
+    for start, stop, newline in _lines(text):
+        budget.tick()
+        line, end = text[start:stop], "\n" if newline else ""
         marker = _MARKER.match(line)
         if not line.strip():
             current = None
@@ -109,23 +122,40 @@ def _parse(text: str) -> list[str | _Block]:
             continue
         if current is not None and not marker:
             parts.pop()  # the line end before this line is inside the block
-            current.lines.append(line)
-            if len(current.lines) == 2:
+            current.end, current.width, current.lines = stop, max(current.width, len(line)), current.lines + 1
+            if current.lines == 2:
                 current.indent = _INDENT.match(line).group()  # type: ignore[union-attr]
         else:
             prefix = marker.group() if marker else _INDENT.match(line).group()  # type: ignore[union-attr]
-            current = _Block(prefix, [line[len(prefix):]], " " * len(prefix))
+            current = _Block(prefix, start + len(prefix), stop, " " * len(prefix), len(line))
             parts.append(current)
+            blocks += 1
+            if blocks > budget.limits["paragraphs"]:  # refused here, before millions of blocks fill memory
+                _over(budget, blocks)
         if end:
             parts.append(end)
     return parts
 
 
+def _lines(text: str) -> Iterator[tuple[int, int, bool]]:
+    """(start, end, whether a line end follows) of each line of `text`, without a list of them all."""
+    start = 0
+    while (end := text.find("\n", start)) >= 0:
+        yield start, end, True
+        start = end + 1
+    yield start, len(text), False
+
+
+def _over(budget: workbudget.WorkBudget, n: int) -> None:
+    """OverBudget for `n` paragraphs, in the budget's words, without counting them in it (nmt.inline counts the
+    paragraphs it builds)."""
+    workbudget.WorkBudget(budget.what, limits=dict(budget.limits)).charge("paragraphs", n)
+
+
 def _wrap(translation: str, block: _Block) -> str:
     """A translated paragraph wrapped as its source was: one line, or lines as wide as its longest source line."""
-    if len(block.lines) == 1:
+    if block.lines == 1:
         return translation
-    width = max(len(block.prefix) + len(block.lines[0]), *(len(line) for line in block.lines[1:]))
-    lines = textwrap.wrap(translation, width=max(width, 20), initial_indent=" " * len(block.prefix),
+    lines = textwrap.wrap(translation, width=max(block.width, 20), initial_indent=" " * len(block.prefix),
                           subsequent_indent=block.indent, break_long_words=False, break_on_hyphens=False)
     return "\n".join(lines)[len(block.prefix):]

@@ -1,8 +1,11 @@
 """LibreTranslate's file translation: `POST /translate_file` (multipart `file`, `source`, `target`, `api_key`) answers
 `{"translatedFileUrl": "<base>/download_file/<token>"}` once the document is translated (nmt.documents), and
 `GET /download_file/<token>` sends it. The sentences go through the model's queue like any request's, from one of
-FILE_THREADS threads: the event loop never parses or waits. Files live in a directory of the server's under an
-unguessable token, removed once downloaded in full (LibreTranslate keeps them 30 minutes however often fetched; its
+FILE_THREADS threads: the event loop never parses or waits. Each document is bounded by a work budget
+(nmt.workbudget: its parsed XML, paragraphs, runs, sentences; serve.file_timeout and the client leaving, checked
+inside the parse and translate loops, so a timed-out job stops and frees its thread). Files live in a directory of
+the server's under an unguessable token, taken from the store by the first download (a link is used once; the
+response owns the file and removes it once sent; LibreTranslate keeps them 30 minutes however often fetched, its
 page fetches once), or after serve.file_ttl, a failure, the client leaving, shutdown."""
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from nmt.serve.libre_settings import supported_extensions
 from nmt.serve.native import Api, client_of, disconnected
 from nmt.serve.web import FastAPI, JSONResponse, Request
 from nmt.serve.worker import Service
+from nmt.workbudget import Cancelled, OverBudget, TimedOut, WorkBudget
 
 log = logging.getLogger("uvicorn.error")
 FILE_THREADS = 2  # documents read and written at once (their sentences share the model's queue with all requests)
@@ -91,13 +95,13 @@ class FileStore:
 
 class QueuedTranslator:
     """What nmt.documents needs of a Translator, on a file thread: the sentences through the server's queue, in slices
-    of serve.max_sentences (a full queue is waited out), within serve.file_timeout and serve.max_file_sentences."""
+    of serve.max_sentences (a full queue is waited out), within serve.max_file_sentences and the document's work
+    budget (its deadline, serve.file_timeout, and the client leaving: checked while a slice waits)."""
 
-    def __init__(self, api: Api, service: Service, client: str, cancel: threading.Event):
-        self.api, self.service, self.client, self.cancel = api, service, client, cancel
+    def __init__(self, api: Api, service: Service, client: str, budget: WorkBudget):
+        self.api, self.service, self.client, self.budget = api, service, client, budget
         self.tokenizer = service.model.translator.tokenizer  # type: ignore[union-attr]
         self.search = api.search(service, None, None)._replace(attention=True)
-        self.deadline = time.monotonic() + api.limits.file_timeout
         self.sentences = 0
 
     def translate_chunk(self, texts: list[str], **_: Any) -> list[Any]:
@@ -113,14 +117,16 @@ class QueuedTranslator:
         futures: list[concurrent.futures.Future] | None = None
         try:
             while futures is None:
-                self._check()
+                self.budget.check()
                 try:
                     futures = self.service.batcher.submit(texts, self.search, self.client)  # type: ignore[union-attr]
                 except Full as e:
                     time.sleep(min(e.retry_after, 1.0))
             while concurrent.futures.wait(futures, timeout=0.25)[1]:
-                self._check()
+                self.budget.check()
             return [f.result() for f in futures]
+        except (TimedOut, Cancelled):
+            raise
         except (ApiError, Closed) as e:
             raise e if isinstance(e, ApiError) else ApiError(503, str(e), retry_after=5) from None
         except Exception as e:  # the model failed on a batch: as /translate answers it
@@ -129,12 +135,6 @@ class QueuedTranslator:
         finally:
             for f in futures or ():
                 f.cancel()  # those not started leave the queue
-
-    def _check(self) -> None:
-        if self.cancel.is_set():
-            raise ApiError(499, "client closed the request")
-        if time.monotonic() > self.deadline:
-            raise _timeout(self.api.limits.file_timeout)
 
 
 def safe_name(filename: str) -> str:
@@ -154,12 +154,19 @@ def _translate(api: Api, service: Service, entry: Entry, upload: Any, name: str,
         shutil.copyfileobj(upload.file, out)
     stem, dot, ext = name.rpartition(".")
     dst = entry.folder / f"{stem}_{target}.{ext}"
-    translator = QueuedTranslator(api, service, client, entry.cancel)
+    limits = api.limits
+    budget = WorkBudget.within(name, seconds=limits.file_timeout, cancel=entry.cancel)
+    translator = QueuedTranslator(api, service, client, budget)
     try:
-        translate_document(translator, src, dst, fmt, max_bytes=api.limits.max_file_bytes)  # type: ignore[arg-type]
+        translate_document(translator, src, dst, fmt, max_bytes=limits.max_file_bytes,  # type: ignore[arg-type]
+                           budget=budget)
+    except TimedOut:
+        raise _timeout(limits.file_timeout) from None
+    except Cancelled:
+        raise ApiError(499, "client closed the request") from None
     except NmtError as e:  # the file's fault; its path is ours, never shown
         message = str(e).replace(str(src), name)
-        raise ApiError(400, f"Invalid request: {message}") from None
+        raise ApiError(413 if isinstance(e, OverBudget) else 400, f"Invalid request: {message}") from None
     finally:
         src.unlink(missing_ok=True)
     return dst
@@ -234,7 +241,9 @@ def add_routes(app: FastAPI, api: Api) -> FileStore:
         if entry is None or entry.path is None:
             raise ApiError(404, f"no file {shown(token, 12)}: a link is used once, within serve.file_ttl="
                                 f"{limits.file_ttl:g} s", "serve.file_ttl")
-        return FileResponse(entry.path, filename=entry.path.name, background=BackgroundTask(store.remove, token),
+        del store.entries[token]  # single use: taken from the store before anything awaits, so a second GET is a 404
+        return FileResponse(entry.path, filename=entry.path.name,  # this response owns the folder now
+                            background=BackgroundTask(shutil.rmtree, entry.folder, ignore_errors=True),
                             headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
 
     app.post("/translate_file", summary="LibreTranslate: translate a document (multipart file, source, target), "
