@@ -133,7 +133,9 @@ def translate(
     glossary: Annotated[Path | None, typer.Option(
         help="Terms the output must hold: a UTF-8 file of 'source<TAB>target' lines (an empty target: keep the "
              "source's words untranslated). Whole words, any case; list inflected forms separately. Lines without "
-             "terms are translated exactly as without it; the others by constrained beam search.")] = None,
+             "terms are translated exactly as without it; in a line that misses a term, the term takes the place of "
+             "the words aligned to its source word, or a constrained beam search's output where that is as likely "
+             "and no longer (nmt/terminology.py).")] = None,
     scores: Annotated[bool, typer.Option(
         "--scores", help="Append '<TAB>log-prob' (the sum of token log-probabilities, EOS included) to each "
                          "output line, n-best lines included.")] = False,
