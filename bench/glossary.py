@@ -19,7 +19,8 @@ their reference).
 
 Methods, on the same baseline translation (nmt.terminology's two candidates, computed once per line):
 - `none`: no glossary; `replace`: the aligned words replaced by the term; `constrained`: the constrained search's
-  best (the replaced candidate where it found none); `rule`: nmt.terminology's choice, what `nmt translate
+  best (the replaced candidate where it found none); `sane-search`: the search's best sane output, else the replaced
+  candidate (the rule without the scores); `rule`: nmt.terminology's choice, what `nmt translate
   --glossary` does (checked: the product's own output is compared with it and must be identical).
 Reported per kind and method: terms obeyed (nmt.glossary.obeyed), lines with terms whose output has as many words
 as `none`'s give or take 20%, BLEU of the lines with terms (sacreBLEU), whether lines without terms are identical to
@@ -59,7 +60,7 @@ SYNONYMS = {  # source word -> a target the model would not choose (checked by t
     "demo": {"small": "winzig", "euros": "EUR", "green": "gruen", "bought": "erworben", "boat": "Schiff",
              "car": "Wagen", "house": "Gebäude", "fast": "flink", "red": "rot", "big": "riesig"},
 }
-METHODS = ("none", "replace", "constrained", "rule")
+METHODS = ("none", "replace", "constrained", "sane-search", "rule")
 
 
 def words(line: str) -> set[str]:
@@ -156,6 +157,8 @@ def candidate_outputs(translator: Translator, lines: list[str], glossary: Glossa
         out["replace"][i] = found.replaced_text
         out["constrained"][i] = found.texts[0] if found.texts else found.replaced_text
         out["rule"][i] = found.chosen(terms, 1)[0][1]
+        sane = [t for t in found.texts if terminology.sane(t, found.replaced_text, found.removed, terms)]
+        out["sane-search"][i] = sane[0] if sane else found.replaced_text
     return out, seconds
 
 
