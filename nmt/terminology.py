@@ -16,7 +16,7 @@ line gets two candidates and a rule chooses:
 
 A candidate is sane when it holds every term, has as many words as the replaced one give or take LENGTH_TOLERANCE
 (a line under five words: exactly as many), and holds no more words sharing a stem with the model's own words for
-the terms (the words the replacement removed: "kleine" for "winzig") than the replaced candidate does. The
+the terms (the words of 4+ letters the replacement removed: "kleine" for "winzig") than the replaced candidate does. The
 constrained candidate is taken when it is sane and the model scores it at least as high as the replaced one (both
 as the search scores: length-normalized log-probability); otherwise the replaced one. bench/glossary.py measures
 the rule on three kinds of terms (drawn from the references, synonyms the model would not choose, words kept
@@ -46,6 +46,7 @@ from nmt.workbudget import current as work_budget
 MAX_CONSTRAINTS = 8  # distinct terms one line's constrained search carries (its beam grows with each)
 SEARCH_SECONDS = 2.0  # constrained search per line
 LENGTH_TOLERANCE = 0.2
+MIN_STEM = 4  # removed words shorter than this are not looked for again (see `sane`)
 _WORD = re.compile(r"\S+")
 _EDGE = re.compile(r"^(\W*)(.*?)(\W*)$", re.S)
 
@@ -127,7 +128,8 @@ def sane(text: str, replaced_text: str, removed: list[str], terms: list[Match]) 
     n, m = len(text.split()), len(replaced_text.split())
     if abs(n - m) > LENGTH_TOLERANCE * m:
         return False
-    return all(_stem_count(text, w) <= _stem_count(replaced_text, w) for w in removed)
+    # words under MIN_STEM letters are left out: mostly function words ("bei", "auf") the alignment gave the term
+    return all(_stem_count(text, w) <= _stem_count(replaced_text, w) for w in removed if len(w) >= MIN_STEM)
 
 
 def _stem_count(text: str, word: str) -> int:
