@@ -7,8 +7,6 @@ and /health answers within 1 s while one is handled."""
 from __future__ import annotations
 
 import contextlib
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -26,7 +24,8 @@ from nmt.documents.html import parse_html
 from nmt.inline import Aligned, Paragraph, Run
 from nmt.workbudget import OverBudget, TimedOut, WorkBudget
 
-from .conftest import assert_one_line_error, nmt_env, run_cli
+from .conftest import assert_one_line_error, run_cli
+from .test_serve import serving
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = ROOT / "tests" / "data" / "demo-model.pt"
@@ -178,33 +177,10 @@ def test_the_cli_refuses_deep_nesting_in_one_line(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[tuple[str, Path]]:
-    """`nmt serve` on a free loopback port, with the limits the attacks are measured against."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = tmp_path_factory.mktemp("bounded-serve") / "serve.err"
-    with open(log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "nmt", "serve", "--checkpoint", str(CHECKPOINT), "--port",
-                                 str(port), "--dtype", "fp32", "--threads", "1", "--no-access-log"],
-                                stdout=subprocess.DEVNULL, stderr=err, env=nmt_env())
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            time.sleep(0.1)
-        yield url, log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    assert "Traceback" not in log.read_text(encoding="utf-8", errors="replace")
+    """`nmt serve` on a free loopback port (tests/test_serve.py's `serving`), with its default limits."""
+    with serving(tmp_path_factory.mktemp("bounded-serve")) as s:
+        yield s.url, s.log
+    assert "Traceback" not in s.stderr()
 
 
 def html(url: str, q: str) -> httpx.Response:
