@@ -56,16 +56,16 @@ class Glossary:
 
     terms: tuple[Term, ...] = ()
     _pattern: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
-    _by_key: dict[str, Term] = field(default_factory=dict, compare=False, repr=False)
+    _by_group: tuple[Term, ...] = field(default=(), compare=False, repr=False)  # the pattern's groups' terms
 
     def __post_init__(self) -> None:
         if self.terms:
-            longest_first = sorted(range(len(self.terms)), key=lambda i: -len(fold(self.terms[i].source)))
+            longest_first = tuple(sorted(self.terms, key=lambda t: -len(fold(t.source))))
             # one group per term, so a match names its term by position, never by a key its surface might not give
             # back ("İstanbul" matched by "istanbul", "STRASSE" by "straße")
-            alternatives = "|".join(f"({_bounded(fold(self.terms[i].source))})" for i in longest_first)
+            alternatives = "|".join(f"({_bounded(fold(t.source))})" for t in longest_first)
             object.__setattr__(self, "_pattern", re.compile(alternatives))
-            object.__setattr__(self, "_by_key", {f"g{g}": self.terms[i] for g, i in enumerate(longest_first, 1)})
+            object.__setattr__(self, "_by_group", longest_first)
 
     def __bool__(self) -> bool:
         return bool(self.terms)
@@ -77,7 +77,7 @@ class Glossary:
         folded, where = folded_with_offsets(text)
         found = []
         for m in self._pattern.finditer(folded):
-            term = self._by_key[f"g{m.lastindex}"]
+            term = self._by_group[m.lastindex - 1]
             start, end = where[m.start()], where[m.end() - 1] + 1
             surface = text[start:end]
             found.append(Match(term, surface, _forms(term.target or surface), start, end))
