@@ -25,7 +25,7 @@ untranslated).
 Work per line is bounded: one constraint per distinct term, at most MAX_CONSTRAINTS of them searched (a line with
 more gets the replaced candidate alone) and SEARCH_SECONDS of search per line (a normal line takes a fraction of
 that: outputs do not depend on the machine's speed). Where the work budget in force has a deadline (nmt.workbudget:
-`nmt serve` gives each batch one), lines reached after it get the replaced candidate (two teacher-forced passes)
+`nmt serve` gives each batch one), lines reached after it get the replaced candidate (one teacher-forced pass)
 alone, so a batch of glossary lines cannot hold the model for long."""
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def candidates(translator, r, terms: list[Match], need_attention: bool, d, searc
     """Both candidates for the result `r` (a Translation) and its distinct `terms`; `search`: run the constrained
     search (else only the replaced candidate, as for a line with over MAX_CONSTRAINTS terms)."""
     src = torch.tensor([r.src_ids + [translator.special.eos]], device=translator.device)
-    replaced_text, removed = replace(translator, r, src, terms)
+    replaced_text, removed = replace(translator, r, terms)
     replaced = forced_text(translator, src, replaced_text, need_attention, d)
     searched: list[Hypothesis] = []
     if search and len(terms) <= MAX_CONSTRAINTS:
@@ -139,7 +139,7 @@ def _stem_count(text: str, word: str) -> int:
     return sum(_core(w).lower().startswith(stem) for w in text.split())
 
 
-def replace(translator, r, src: torch.Tensor, terms: list[Match]) -> tuple[str, list[str]]:
+def replace(translator, r, terms: list[Match]) -> tuple[str, list[str]]:
     """The best translation with each missed term's aligned target words replaced by the term (see above), and the
     words it removed (punctuation stripped)."""
     text = r.text[0]
@@ -149,7 +149,7 @@ def replace(translator, r, src: torch.Tensor, terms: list[Match]) -> tuple[str, 
         return text, []
     if not words:
         return " ".join(m.forms[0] for m in missed), []
-    scores, links = _alignment(translator, r, src)
+    scores, links = _alignment(translator, r)
     starts = [w.start() for w in _WORD.finditer(r.source)]
     forms = {form for m in terms for form in m.forms}
     kept = {j for j, w in enumerate(words) if _core(w) in forms}  # a term already written stays
@@ -165,14 +165,10 @@ def replace(translator, r, src: torch.Tensor, terms: list[Match]) -> tuple[str, 
     return _apply(words, edits)
 
 
-def _alignment(translator, r, src: torch.Tensor) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Word scores and the hard word alignment of the best translation (its attention from a teacher-forced pass
-    if the search kept none)."""
-    best = r.hypotheses[0]
-    attention = best.attention
-    if attention is None:
-        attention = _forced_tokens(translator, src, best.tokens, True, translator.decode).attention
-    al = aligned(translator.tokenizer, r, attention)
+def _alignment(translator, r) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Word scores and the hard word alignment of the best translation, from the search's own attention
+    (Translator.translate_chunk searches with attention when it has a glossary)."""
+    al = aligned(translator.tokenizer, r)
     return al.scores, al.links
 
 
@@ -243,10 +239,6 @@ def constrained(translator, src: torch.Tensor, terms: list[Match], need_attentio
 def forced_text(translator, src: torch.Tensor, text: str, need_attention: bool, d) -> Hypothesis:
     """`text` as the translation of src [1, S], scored (and its attention) as the searches would."""
     tokens = translator.tokenizer.encode_tgt([text])[0]
-    return _forced_tokens(translator, src, tokens, need_attention, d)
-
-
-def _forced_tokens(translator, src: torch.Tensor, tokens: list[int], need_attention: bool, d) -> Hypothesis:
     limit = getattr(translator.model, "max_positions", None)
     tokens = tokens[:limit - 1] if limit else tokens
     ids = translator.special
