@@ -13,7 +13,7 @@ Usage (from the repository root):
 with its TransformersConverter. `opus-mt` writes such a directory first: random weights in the shape of
 Helsinki-NLP/opus-mt-en-de (d_model 512, 6+6 layers, 8 heads, d_ff 2048, swish, vocabulary 58,101).
 
-For each config a model of that shape gets random weights: ours (`nmt.search.beam_search` over
+For each config a model of that shape gets random weights: ours (`nmt.search.beam.beam_search` over
 `nmt.model.Transformer`, eval, inference_mode), HF `MarianMTModel.generate()` (SDPA attention, KV cache),
 and - if the `ctranslate2` package imports - that Marian model converted with
 `ctranslate2.converters.TransformersConverter` (float32, `translate_batch` on token strings). All decode
@@ -27,7 +27,7 @@ three do the same `--length` + 1 decoder steps over batch x 4 rows:
   - CT2:   min_decoding_length = max_decoding_length = L + 1: CT2 stops at its maximum without an EOS
            step, so this makes its L + 1 decoder steps too (it returns L + 1 tokens; L are counted).
 
-A fourth contestant, `ct2-nmt`, is our own model exported by `nmt export --to ct2` (nmt.export.ct2.convert:
+A fourth contestant, `ct2-nmt`, is our own model exported by `nmt export --to ct2` (nmt.interop.export.ct2.convert:
 CTranslate2's model-spec API, int8 weights with --dtype int8), run by CTranslate2 exactly as the `ct2` column:
 what a user of the export gets, beside `nmt translate` on the same weights.
 
@@ -84,7 +84,7 @@ from gpu import check_dtype, device_from, device_label, synced
 
 from nmt import kernels
 from nmt.precision import Precision, prepare
-from nmt.search import beam_search
+from nmt.search.beam import beam_search
 
 BEAM, ALPHA = 4, 0.6
 DTYPES = ("fp32", "bf16", "fp16", "int8")
@@ -174,8 +174,8 @@ def contestants(name: str, args, workdir: str, use_ct2: bool):
     from transformers import MarianMTModel
 
     from nmt import checkpoint
-    from nmt.config import config_from_dict
-    from nmt.marian import import_model
+    from nmt.config.experiment import config_from_dict
+    from nmt.interop.marian import import_model
 
     model_dir = Path(args.marian_dir) if name == "marian-dir" else opus_mt_dir(Path(workdir) / name)
     state = checkpoint.load(import_model(str(model_dir), Path(workdir) / f"{name}.pt"))

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from nmt.config import Config, DecodeConfig, ModelConfig, apply_dict, config_from_dict, parse_overrides
+from nmt.config.experiment import Config, DecodeConfig, ModelConfig, apply_dict, config_from_dict, parse_overrides
 from nmt.errors import CheckpointError, NmtError, first_line
 from nmt.io import atomic_write
 from nmt.model import Transformer
@@ -56,7 +56,7 @@ class Checkpoint(dict):
         return state
 
     def with_training(self, train_state: dict[str, Any]) -> Checkpoint:
-        """This checkpoint with the state an exact resume needs (nmt.trainstate.training_state)."""
+        """This checkpoint with the state an exact resume needs (nmt.train.state.training_state)."""
         return Checkpoint(self, train_state=train_state)
 
     def save(self, path: str | Path) -> None:
@@ -190,7 +190,7 @@ class Checkpoint(dict):
     # ---- training state
     @property
     def train_state(self) -> dict[str, Any] | None:
-        """Optimizer, scaler, sampler, RNG states and counters (nmt.trainstate); None for weights only."""
+        """Optimizer, scaler, sampler, RNG states and counters (nmt.train.state); None for weights only."""
         return self.get("train_state")
 
     @property

@@ -19,14 +19,14 @@ import sacrebleu
 import yaml
 
 from nmt import checkpoint, score
-from nmt.config import load_config
-from nmt.datadir import DataDir
-from nmt.demo_corpus import write_demo
+from nmt.config.experiment import load_config
+from nmt.data.datadir import DataDir
+from nmt.data.prepare import prepare
+from nmt.demo.files import write_demo
 from nmt.errors import NmtError
-from nmt.prepare import prepare
 from nmt.rundir import RunDir
-from nmt.train import train
-from nmt.translator import Translator
+from nmt.train.loop import train
+from nmt.translation.translator import Translator
 
 from .conftest import assert_one_line_error, run_cli, tiny_config
 

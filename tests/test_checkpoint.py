@@ -10,9 +10,9 @@ import torch
 
 from nmt import checkpoint
 from nmt.checkpoint import Checkpoint
-from nmt.config import Config
+from nmt.config.experiment import Config
 from nmt.errors import CheckpointError
-from nmt.translator import ModelOptions, Translator
+from nmt.translation.translator import ModelOptions, Translator
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "demo-model.pt"  # written by format version 1
 

@@ -1,4 +1,4 @@
-"""`nmt explain`: the page's numbers are the model's (checked here by paths independent of nmt/explain_model.py: hooks
+"""`nmt explain`: the page's numbers are the model's (checked here by paths independent of nmt/explain/numbers.py: hooks
 on the model's modules and PyTorch's own attention), its final choice is `nmt translate`'s, it loads in a headless
 Chromium without errors and without fetching anything, it stays small, and bad input is one error line."""
 
@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 
 from nmt import checkpoint
-from nmt.batching import collate
-from nmt.explain import explain_sentence, load
-from nmt.explain_model import dequantized
-from nmt.search import beam_search
+from nmt.data.batching import collate
+from nmt.explain.command import explain_sentence, load
+from nmt.explain.numbers import dequantized
+from nmt.search.beam import beam_search
 
 from .conftest import assert_one_line_error, run_cli
 from .test_serve_page import browser_or_reason

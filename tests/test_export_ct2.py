@@ -4,7 +4,7 @@ probabilities are nmt's, int8 costs at most INT8_BLEU_DELTA BLEU, and the comman
 leaving nothing behind.
 
 "The same settings": the model's decode settings with nmt's `average` length penalty (logprob / L ** alpha, the
-only form CTranslate2 has) and CTranslate2 searching as `nmt.export.ct2.search_options` says.
+only form CTranslate2 has) and CTranslate2 searching as `nmt.interop.export.ct2.search_options` says.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pytest
 
 from nmt import checkpoint
 from nmt.errors import NmtError
-from nmt.export import ct2 as export_ct2
-from nmt.modelspec import ModelDescription, describe
-from nmt.translator import Translator
+from nmt.interop.export import ct2 as export_ct2
+from nmt.interop.modelspec import ModelDescription, describe
+from nmt.translation.translator import Translator
 
 from .conftest import assert_one_line_error, run_cli
 from .export_models import KINDS

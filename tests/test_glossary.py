@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt import constrained, glossary, terminology
-from nmt.constrained import State, advance, allocate, constrained_search
 from nmt.errors import NmtError
-from nmt.glossary import Glossary, Term, from_pairs, obeyed
-from nmt.translator import Translator
+from nmt.search import constrained
+from nmt.search.constrained import State, advance, allocate, constrained_search
+from nmt.translation import glossary, terminology
+from nmt.translation.glossary import Glossary, Term, from_pairs, obeyed
+from nmt.translation.translator import Translator
 
 from . import test_search
 from .conftest import assert_one_line_error, run_cli

@@ -13,7 +13,7 @@ from torch import Tensor
 import nmt.kernels as K
 from nmt.kernels import MASK_LEVELS, CPULinear, FastDropout, keep_mask, swap_linears
 from nmt.model import MultiHeadAttention
-from nmt.search import beam_search
+from nmt.search.beam import beam_search
 from tests.test_model import BOS, EOS, PAD, SRC, TGT, make_model
 
 torch.set_num_threads(2)

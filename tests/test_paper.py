@@ -14,16 +14,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import nmt.model
-import nmt.translator
+import nmt.translation.translator
 from nmt import checkpoint
-from nmt.config import Config, DecodeConfig, load_config
+from nmt.config.experiment import Config, DecodeConfig, load_config
 from nmt.loss import label_smoothed_loss, projected_label_smoothed_loss
 from nmt.model import DecoderLayer, EncoderLayer, FeedForward, MultiHeadAttention, ResidualNorm, Transformer
-from nmt.optim import learning_rate
 from nmt.rundir import RunDir
-from nmt.search import beam_search, greedy_search, length_penalty_divisor, max_lengths
-from nmt.train import train
-from nmt.translator import Translator
+from nmt.search.beam import beam_search, greedy_search, length_penalty_divisor, max_lengths
+from nmt.train.loop import train
+from nmt.train.optim import learning_rate
+from nmt.translation.translator import Translator
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 GOLDEN = Path(__file__).resolve().parent / "data" / "demo-model.pt"
@@ -290,7 +290,8 @@ def test_translation_searches_with_beam_4_and_the_gnmt_length_penalty_0_6(monkey
     for n in (1, 6, 20):  # lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016)
         assert length_penalty_divisor(n, 0.6) == pytest.approx(((5 + n) / 6) ** 0.6)
     calls = []
-    monkeypatch.setattr(nmt.translator, "beam_search", lambda *a, **kw: calls.append(kw) or beam_search(*a, **kw))
+    monkeypatch.setattr(nmt.translation.translator, "beam_search",
+                        lambda *a, **kw: calls.append(kw) or beam_search(*a, **kw))
     Translator.load(GOLDEN, Config()).translate_chunk(["three hundred forty-two"])
     assert [(c["beam"], c["length_penalty"], c["length_penalty_type"]) for c in calls] == [(4, 0.6, "gnmt")]
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import nmt.search as search_mod
+import nmt.search.beam as search_mod
 from nmt.model import Transformer
-from nmt.search import Hypothesis, length_normalized, max_lengths
+from nmt.search.beam import Hypothesis, length_normalized, max_lengths
 
 torch.set_num_threads(2)
 

@@ -1,6 +1,6 @@
-"""Glossary terms in place (nmt.terminology): the replaced candidate, the sanity rule, the bounded work per line, and
-matching that survives case folding in every script; with the committed demo model (figures on Multi30k and the
-demo corpus: bench/glossary.py)."""
+"""Glossary terms in place (nmt.translation.terminology): the replaced candidate, the sanity rule, the bounded work per
+line, and matching that survives case folding in every script; with the committed demo model (figures on Multi30k and
+the demo corpus: bench/glossary.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nmt import terminology
-from nmt.glossary import from_pairs, obeyed
-from nmt.terminology import Edit, _apply, distinct, sane
-from nmt.translator import Translator
+from nmt.translation import terminology
+from nmt.translation.glossary import from_pairs, obeyed
+from nmt.translation.terminology import Edit, apply_edits, distinct, sane
+from nmt.translation.translator import Translator
 from nmt.workbudget import WorkBudget, bounded
 
 from .conftest import run_cli
@@ -54,16 +54,17 @@ def test_a_turkish_capital_is_no_crash_through_the_cli(tmp_path):
 
 
 def test_an_edit_replaces_its_block_keeping_punctuation_and_a_sentence_start():
-    text, removed = _apply(["Das", "kleine", "Boot", "ist", "im", "Garten."], [Edit(1, 1, "winzig"), Edit(5, 5, "Hof")])
+    words = ["Das", "kleine", "Boot", "ist", "im", "Garten."]
+    text, removed = apply_edits(words, [Edit(1, 1, "winzig"), Edit(5, 5, "Hof")])
     assert text == "Das winzig Boot ist im Hof." and removed == ["Garten", "kleine"]
-    text, removed = _apply(["„Kleine", "Boote"], [Edit(0, 0, "winzige")])
+    text, removed = apply_edits(["„Kleine", "Boote"], [Edit(0, 0, "winzige")])
     assert text == "„Winzige Boote" and removed == ["Kleine"]
 
 
 def test_two_terms_on_one_block_and_a_term_aligned_to_nothing_are_inserted_not_appended():
-    text, _ = _apply(["Ein", "Hund", "läuft."], [Edit(1, 1, "Köter"), Edit(1, 1, "Rüde")])
+    text, _ = apply_edits(["Ein", "Hund", "läuft."], [Edit(1, 1, "Köter"), Edit(1, 1, "Rüde")])
     assert text == "Ein Köter Rüde läuft."
-    text, removed = _apply(["Ein", "Hund", "läuft."], [Edit(3, 2, "Bello")])  # an insertion at the end
+    text, removed = apply_edits(["Ein", "Hund", "läuft."], [Edit(3, 2, "Bello")])  # an insertion at the end
     assert text == "Ein Hund läuft Bello." and removed == []
 
 
@@ -125,7 +126,7 @@ def test_past_the_work_budgets_deadline_lines_are_not_searched(translator, monke
 
 
 def test_the_constrained_search_stops_at_its_deadline(translator):
-    from nmt.constrained import constrained_search
+    from nmt.search.constrained import constrained_search
 
     ids = translator.special
     src = translator.tokenizer.encode_src(["The small boat is in the garden."])[0] + [ids.eos]

@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nmt import checkpoint
-from nmt.config import Config, DecodeConfig, load_config
+from nmt.config.experiment import Config, DecodeConfig, load_config
 from nmt.errors import CheckpointError, NmtError
 from nmt.kernels import CPULinear
 from nmt.score import corpus_bleu
-from nmt.translate import TranslateOptions, translate_file
-from nmt.translator import ModelOptions, Translator
+from nmt.translation.command import TranslateOptions, translate_file
+from nmt.translation.translator import ModelOptions, Translator
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +213,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 def test_attention_pngs_and_alignments(demo_run, tmp_path):
-    from nmt.plot import DPI, attention_figsize
+    from nmt.plot.charts import DPI, attention_figsize
 
     pics = tmp_path / "attn"
     out, _ = run_translate(demo_run, tmp_path, b"forty-two\n\nthe red car\n", attention_dir=pics,
@@ -256,8 +256,8 @@ def test_int8_quantizes_the_output_projection_too(demo_run):
     """--quantize int8 gives the tied output projection an int8 copy (as HF's lm_head and CTranslate2's output
     layer are quantized), with a scale per output channel as every quantized Linear; translations stay those
     of the fp32 model on the demo test set but a few."""
-    from nmt.config import DecodeConfig
-    from nmt.translator import Translator
+    from nmt.config.experiment import DecodeConfig
+    from nmt.translation.translator import Translator
 
     state = checkpoint.load(demo_run / "averaged.pt")
     int8 = Translator(state, DecodeConfig(beam=1), dtype="fp32", quantize="int8")

@@ -1,15 +1,15 @@
 """What a request asks of the search, checked against the server's limits: beam and n-best within serve.max_beam,
-and its glossary (nmt.glossary) on top of the server's, within serve.max_terms."""
+and its glossary (nmt.translation.glossary) on top of the server's, within serve.max_terms."""
 
 from __future__ import annotations
 
-from nmt import glossary
-from nmt.config import DecodeConfig
+from nmt.config.experiment import DecodeConfig
+from nmt.config.serve import ServeConfig
 from nmt.errors import NmtError
-from nmt.glossary import Glossary
 from nmt.serve.http_errors import ApiError, shown
 from nmt.serve.worker import Search
-from nmt.serve_config import ServeConfig
+from nmt.translation import glossary
+from nmt.translation.glossary import Glossary
 
 
 def requested_search(decode: DecodeConfig, limits: ServeConfig, server_terms: Glossary | None, beam: int | None,
