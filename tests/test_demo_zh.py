@@ -126,7 +126,7 @@ MEASURE_WORDS = {"cars": ("辆", "汽车"), "bicycles": ("辆", "自行车"), "d
                  "trees": ("棵", "树"), "letters": ("封", "信"), "horses": ("匹", "马"), "flowers": ("朵", "花")}
 _SMALL = {"two": "两", "three": "三", "four": "四", "five": "五", "six": "六", "seven": "七", "eight": "八",
           "nine": "九", "ten": "十", "eleven": "十一", "twelve": "十二"}
-_ADJECTIVES = "|".join(en for en, _ in demo._ADJECTIVES)
+_ADJECTIVES = "|".join(en for en, _ in demo.ADJECTIVES)
 
 
 def test_counted_nouns_take_their_measure_word(corpus):
