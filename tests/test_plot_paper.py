@@ -18,6 +18,7 @@ from nmt.config.experiment import load_config
 from nmt.data.batching import collate
 from nmt.loss import label_smoothed_loss
 from nmt.model import sinusoidal_positions
+from nmt.plot import charts
 from nmt.plot import paper as plot_paper
 from nmt.train.optim import learning_rate
 
@@ -40,7 +41,7 @@ class Drawn:
 
 @pytest.fixture
 def drawn(monkeypatch: pytest.MonkeyPatch) -> Drawn:
-    seen, compute, save = Drawn(), plot_paper.compute, plot_paper._save
+    seen, compute, save = Drawn(), plot_paper.compute, charts.save_figure
 
     def spy_compute(kind: str, *args: Any, **kwargs: Any) -> Any:
         seen.last, seen.data[kind] = kind, compute(kind, *args, **kwargs)
@@ -51,7 +52,7 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> Drawn:
         return save(fig, out)
 
     monkeypatch.setattr(plot_paper, "compute", spy_compute)
-    monkeypatch.setattr(plot_paper, "_save", spy_save)
+    monkeypatch.setattr(charts, "save_figure", spy_save)
     return seen
 
 
