@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from nmt.config.experiment import Config, DecodeConfig, ModelConfig, apply_dict, config_from_dict, parse_overrides
+from nmt.config.experiment import Config, DecodeConfig, ModelConfig, apply_dict, config_from_dict
 from nmt.errors import CheckpointError, NmtError, first_line
 from nmt.io import atomic_write
 from nmt.model import Transformer
@@ -178,13 +178,12 @@ class Checkpoint(dict):
                                   f"{cfg.d_model}) makes a {table / 2**30:.1f} GiB positional table, over the "
                                   f"{MAX_COMPUTED_BYTES / 2**30:.0f} GiB limit")
 
-    def decode_config(self, overrides: Sequence[str] = ()) -> DecodeConfig:
-        """The search settings of the config the model was trained with, then the `decode.*` `overrides`."""
+    def decode_config(self, changes: dict[str, Any] | None = None) -> DecodeConfig:
+        """The search settings of the config the model was trained with, then `changes` (decode keys, typed)."""
         cfg = Config()
         apply_dict(cfg, {"decode": self.saved_config.get("decode") or {}}, origin=self.where)
-        decode_only = [o for o in overrides if o.strip().startswith("decode.")]
-        if decode_only:
-            apply_dict(cfg, parse_overrides(decode_only), origin="--set")
+        if changes:
+            apply_dict(cfg, {"decode": changes}, origin="the options")
         return cfg.decode
 
     # ---- training state

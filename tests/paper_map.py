@@ -130,7 +130,7 @@ PAPER: tuple[Entry, ...] = (
                "whole vocabulary (the uniform prior of Szegedy et al., the paper's [36])."),
     Entry("§6.1", "Beam search: beam size 4, length penalty α = 0.6",
           "We used beam search with a beam size of 4 and length penalty α = 0.6.",
-          ("nmt.search.beam.beam_search", "nmt.search.beam.length_penalty_divisor",
+          ("nmt.search.beam.Beam.step", "nmt.search.scoring.length_penalty_divisor",
            "nmt.config.experiment.DecodeConfig"),
           ("tests/test_paper.py::test_translation_searches_with_beam_4_and_the_gnmt_length_penalty_0_6",
            "tests/test_search.py::test_beam_search_escapes_the_greedy_trap",
@@ -147,7 +147,7 @@ PAPER: tuple[Entry, ...] = (
     Entry("§6.1", "Maximum output length: input length + 50",
           "We set the maximum output length during inference to input length + 50, but terminate early when "
           "possible.",
-          ("nmt.search.beam.max_lengths", "nmt.config.experiment.DecodeConfig"),
+          ("nmt.search.scoring.max_lengths", "nmt.config.experiment.DecodeConfig"),
           ("tests/test_paper.py::test_maximum_output_length_is_input_length_plus_50",
            "tests/test_search.py::test_forced_eos_at_max_length_per_sentence",
            "tests/test_search.py::test_max_length_respected_and_capped_by_positions"),

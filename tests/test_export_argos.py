@@ -98,7 +98,7 @@ def nmt_translate(checkpoint: Path, lines: list[str], beam: int) -> tuple[list[s
     """`nmt translate` with the search settings Argos uses: the translations, and the lines whose translation
     has an <unk> (which nmt drops and Argos replaces by the source token it attends to most)."""
     translator = Translator.load(checkpoint)
-    results = translator.translate_chunk(lines, beam=beam, **ARGOS_SEARCH)
+    results = translator.translate_chunk(lines, decode=translator.decode_with(beam=beam, **ARGOS_SEARCH))
     unk = translator.special.unk
     return [r.text[0] for r in results], {i for i, r in enumerate(results) if unk in r.hypotheses[0].tokens}
 

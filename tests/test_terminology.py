@@ -96,10 +96,10 @@ def test_a_term_the_model_would_not_write_replaces_its_word(translator):
 
 def test_a_term_repeated_500_times_is_one_constraint_and_a_bounded_search(translator, monkeypatch):
     calls = []
-    original = terminology.constrained_search
-    monkeypatch.setattr(terminology, "constrained_search",
-                        lambda model, src, constraints, *a, **k: calls.append(constraints) or original(
-                            model, src, constraints, *a, **k))
+    original = terminology.constrained
+    monkeypatch.setattr(terminology, "constrained",
+                        lambda translator, src, terms, *a, **k: calls.append(terms) or original(
+                            translator, src, terms, *a, **k))
     line = " ".join(["dog"] * 500)
     glossary = from_pairs([("dog", "zzqx")])
     assert len(distinct(glossary.find(line))) == 1
@@ -111,14 +111,14 @@ def test_a_term_repeated_500_times_is_one_constraint_and_a_bounded_search(transl
 
 def test_over_max_constraints_distinct_terms_get_the_replaced_candidate_without_search(translator, monkeypatch):
     monkeypatch.setattr(terminology, "MAX_CONSTRAINTS", 1)
-    monkeypatch.setattr(terminology, "constrained_search", lambda *a, **k: pytest.fail("searched"))
+    monkeypatch.setattr(terminology, "constrained", lambda *a, **k: pytest.fail("searched"))
     glossary = from_pairs([("small", "winzig"), ("boat", "Schiff")])
     (r,) = translator.translate_chunk(["The small boat is in the garden."], glossary=glossary)
     assert "winzig" in r.text[0] and "Schiff" in r.text[0]
 
 
 def test_past_the_work_budgets_deadline_lines_are_not_searched(translator, monkeypatch):
-    monkeypatch.setattr(terminology, "constrained_search", lambda *a, **k: pytest.fail("searched"))
+    monkeypatch.setattr(terminology, "constrained", lambda *a, **k: pytest.fail("searched"))
     glossary = from_pairs([("small", "winzig")])
     with bounded(WorkBudget.within("a batch", seconds=-1)):
         (r,) = translator.translate_chunk(["I see the small man."], glossary=glossary)
@@ -126,16 +126,17 @@ def test_past_the_work_budgets_deadline_lines_are_not_searched(translator, monke
 
 
 def test_the_constrained_search_stops_at_its_deadline(translator):
-    from nmt.search.constrained import constrained_search
+    import torch
+
+    from nmt import search
+    from nmt.search import SearchSettings, Terms
 
     ids = translator.special
     src = translator.tokenizer.encode_src(["The small boat is in the garden."])[0] + [ids.eos]
-    import torch
-
     started = time.monotonic()
-    hyps = constrained_search(translator.model, torch.tensor([src]), [[translator.tokenizer.encode_tgt(["zzqx"])[0]]],
-                              translator.continues_word, bos=ids.bos, eos=ids.eos, pad=ids.pad, beam=4,
-                              deadline=time.monotonic() - 1)
+    terms = Terms([[translator.tokenizer.encode_tgt(["zzqx"])[0]]], translator.continues_word)
+    (hyps,) = search.run(translator.model, torch.tensor([src]), SearchSettings(beam=4, deadline=time.monotonic() - 1),
+                         ids, constraints=terms)
     assert time.monotonic() - started < 2 and hyps == []  # stopped after its first step, nothing finished
 
 
@@ -160,7 +161,7 @@ def test_random_glossaries_and_lines_raise_nothing_but_one_line_errors(translato
         assert "\n" not in str(e)
         return
     line = " ".join(words)
-    (r,) = translator.translate_chunk([line], glossary=glossary, beam=2)
+    (r,) = translator.translate_chunk([line], glossary=glossary, decode=translator.decode_with(beam=2))
     assert r.text == [""] if not r.hypotheses else len(r.text) == len(r.hypotheses) >= 1
     for m in glossary.find(line):
         assert line[m.start:m.end] == m.surface

@@ -33,7 +33,8 @@ def texts(t: Translator, lines: list[str]) -> list[str]:
 def test_the_demo_model_translates_and_beam_is_not_worse_than_greedy(translator, demo_data):
     src = (demo_data / "test.en").read_text(encoding="utf-8").splitlines()
     ref = (demo_data / "test.de").read_text(encoding="utf-8").splitlines()
-    beam_out, greedy_out = list(translator.stream(src)), list(translator.stream(src, beam=1))
+    beam_out = list(translator.stream(src))
+    greedy_out = list(translator.stream(src, decode=translator.decode_with(beam=1)))
     beam = corpus_bleu([r.text[0] for r in beam_out], [ref])
     greedy = corpus_bleu([r.text[0] for r in greedy_out], [ref])
     assert greedy > 15, "the fixture model should have learned something"
@@ -59,7 +60,7 @@ def test_one_output_line_per_input_line_in_order(translator):
 @given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
                 .map(lambda s: s.replace("\n", " ")), max_size=12))
 def test_line_count_invariant_property(translator, lines):
-    assert len(list(translator.stream(lines, beam=2, max_len_b=5))) == len(lines)
+    assert len(list(translator.stream(lines, decode=translator.decode_with(beam=2, max_len_b=5)))) == len(lines)
 
 
 def test_batched_equals_one_by_one(translator, demo_data):
@@ -78,7 +79,7 @@ def test_streaming_is_lazy(translator):
 
 def test_nbest_lists_are_sorted_and_distinct(translator, demo_data):
     src = (demo_data / "test.en").read_text(encoding="utf-8").splitlines()[:10]
-    for result in translator.stream(src, beam=4, nbest=4):
+    for result in translator.stream(src, decode=translator.decode_with(beam=4, nbest=4)):
         scores = [h.score for h in result.hypotheses]
         assert len(result.hypotheses) == 4 and scores == sorted(scores, reverse=True)
         assert len({tuple(h.tokens) for h in result.hypotheses}) == 4
@@ -185,8 +186,7 @@ def test_without_a_config_the_checkpoints_decode_settings_apply(demo_run, tmp_pa
     src.write_text("forty-two\n")
 
     def lines(*overrides: str, config_given: bool = False) -> int:
-        opts = TranslateOptions(checkpoint=ckpt, decode_overrides=list(overrides))
-        opts.config_given = config_given
+        opts = TranslateOptions(checkpoint=ckpt, config_given=config_given)
         translate_file(load_config(None, list(overrides)), opts, src, out)
         return len(out.read_text(encoding="utf-8").splitlines())
 

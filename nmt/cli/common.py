@@ -79,8 +79,10 @@ def settings_of(overrides: list[str] | None, **direct: Any) -> list[str]:
     return list(overrides or []) + [f"{k}={v}" for k, v in direct.items() if v is not None]
 
 
-def load_options_config(config: Path | None, settings: list[str]):
-    """Config file <- --set <- dedicated options."""
-    from nmt.config.experiment import load_config
+def load_options_config(config: Path | None, settings: list[str], **sections: dict[str, Any]):
+    """Config file <- --set <- dedicated options (as strings in `settings`, or typed: decode={"beam": 5})."""
+    from nmt.config.experiment import apply_dict, load_config
 
-    return load_config(config, settings)
+    cfg = load_config(config, settings)
+    given = {name: {k: v for k, v in values.items() if v is not None} for name, values in sections.items()}
+    return apply_dict(cfg, given, origin="the options") if any(given.values()) else cfg

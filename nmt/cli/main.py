@@ -171,10 +171,9 @@ def translate(
         checkpoint=checkpoint, device=device, dtype=dtype, threads=threads, quantize=quantize,
         scores=scores, attention_dir=attention, attention_layer=attention_layer, all_heads=all_heads,
         encoder_attention=encoder_attention, alignment=alignment, progress=progress, format=format,
-        glossary=glossary, force=force, config_given=config is not None, decode_overrides=settings,
-        decode_changes={k: v for k, v in changes.items() if v is not None},
+        glossary=glossary, force=force, config_given=config is not None,
     )
-    translate_file(load_options_config(config, settings), opts, input, output)
+    translate_file(load_options_config(config, settings, decode=changes), opts, input, output)
 
 
 from nmt.cli import tools as cli_tools  # noqa: E402, F401  (its commands, listed between translate and serve)
@@ -209,7 +208,7 @@ def serve(
     web page at /. Several --checkpoint: one model per language pair, each with its own batches.
 
     Limits (queue, deadlines, rate limits, connections, CORS, allowed hosts) and batching: --set
-    serve.KEY=VALUE (see nmt/config/serve.py and the README's Deploying). Without --config, the search settings
+    serve.KEY=VALUE (see nmt/config/serve.py and docs/serve.md, Deploying). Without --config, the search settings
     are those the checkpoint was trained with; --set decode.KEY=VALUE overrides them. On Ctrl-C or SIGTERM:
     stops accepting, finishes the queued requests that fit in serve.shutdown_timeout, answers the rest 503, exits
     0.
@@ -218,8 +217,7 @@ def serve(
 
     settings = settings_of(overrides, **{"serve.host": host, "serve.port": port, "serve.glossary": glossary})
     opts = ServeOptions(checkpoints=checkpoint or [], device=device, dtype=dtype, threads=threads, quantize=quantize,
-                        api_key=api_key, access_log=access_log, config_given=config is not None,
-                        decode_overrides=settings)
+                        api_key=api_key, access_log=access_log, config_given=config is not None)
     run(load_options_config(config, settings), opts)
 
 

@@ -344,7 +344,7 @@ def check_model(m: ModelConfig) -> None:
 
 
 ACTIVATIONS = ("relu", "gelu", "swish")
-LENGTH_PENALTY_TYPES = ("gnmt", "average")  # the forms nmt.search.beam.length_penalty_divisor computes
+LENGTH_PENALTY_TYPES = ("gnmt", "average")  # the forms nmt.search.scoring.length_penalty_divisor computes
 
 
 def check_train(t: TrainConfig) -> None:

@@ -7,7 +7,7 @@ attention, residual + LayerNorm, the feed-forward network); the decoder teacher-
 (masked self-attention, cross-attention); the output softmax at each step; and the beam search that chose the
 translation (every step's candidates: kept, finished, pruned; the length penalty's effect). The numbers come from
 the model's own modules, step by step (nmt/explain/numbers.py), checked against their forward passes; the beam is
-`nmt.search.beam.beam_search` itself, traced, with the search settings `nmt translate` uses for the checkpoint.
+nmt.search.run itself (the beam rule), traced, with the search settings `nmt translate` uses for the checkpoint.
 
 Size budget (<= 2 MB for a 30-word sentence on a base model, d_model 512, 8 heads, 6 + 6 layers; bench/explain.py
 measures it): vectors show their first SHOW (6) dimensions only; attention weights are bytes (0..255 of [0, 1]) in
@@ -25,11 +25,13 @@ from typing import Any
 
 import torch
 
+from nmt import search
+from nmt.config.experiment import Config, DecodeConfig, apply_dict
 from nmt.data.batching import collate
 from nmt.errors import NmtError
 from nmt.explain.numbers import SHOW, positions_panel, rounded, walk
 from nmt.rundir import checkpoint_file
-from nmt.search.beam import BeamStep, Hypothesis, beam_search, length_penalty_divisor
+from nmt.search import BeamStep, Hypothesis, length_penalty_divisor
 from nmt.translation.translator import ModelOptions, Translator
 
 VERSION = 1  # of the dict's layout (the page's renderer reads it)
@@ -38,33 +40,31 @@ VERSION = 1  # of the dict's layout (the page's renderer reads it)
 def load(checkpoint: Path, beam: int | None = None, length_penalty: float | None = None) -> Translator:
     """The checkpoint as `nmt translate --checkpoint` opens it (its own search settings, these on top)."""
     changes = {k: v for k, v in (("beam", beam), ("length_penalty", length_penalty)) if v is not None}
-    return Translator.load(checkpoint_file(checkpoint), None, ModelOptions(config_given=False, decode_changes=changes))
+    cfg = apply_dict(Config(), {"decode": changes}, origin="the options") if changes else Config()
+    return Translator.load(checkpoint_file(checkpoint), cfg, ModelOptions(config_given=False))
 
 
-def source_ids(translator: Translator, sentence: str, **search: Any) -> tuple[list[int], list[str]]:
-    """The ids the model reads for `sentence` (as translate_chunk makes them: prefix + pieces, truncated to the
-    model's max input) and notes for the reader; an empty sentence is an error."""
+def source_ids(translator: Translator, sentence: str, decode: DecodeConfig) -> tuple[list[int], list[str]]:
+    """The ids the model reads for `sentence` (Translator.source_ids: prefix + pieces, truncated to the model's max
+    input) and notes for the reader; an empty sentence is an error."""
     if not sentence.strip():
         raise NmtError("nothing to explain: the sentence is empty")
-    prefix = translator.prefix_ids(translator.settings(**search).prefix)  # translate_chunk's own rule and errors
-    ids = prefix + translator.tokenizer.encode_src([sentence])[0]
-    if len(ids) <= len(prefix):
+    ((ids, cut),) = translator.source_ids([sentence], decode)
+    if len(ids) <= len(translator.prefix_ids(decode.prefix)):
         raise NmtError("nothing to explain: the sentence has no pieces after cleaning")
-    limit, notes = translator.max_src(**search), []
-    if len(ids) > limit:
-        notes.append(f"the sentence has {len(ids)} tokens; the model reads at most {limit}, so only the first "
+    limit, notes = translator.max_src(decode), []
+    if cut:
+        notes.append(f"the sentence has {cut} tokens; the model reads at most {limit}, so only the first "
                      f"{limit} are translated and explained (as `nmt translate` truncates it)")
-    return ids[:limit], notes
+    return ids, notes
 
 
-def traced_search(translator: Translator, src: torch.Tensor, **search: Any) -> tuple[Hypothesis, list[BeamStep]]:
-    """`beam_search` with the settings `nmt translate` uses (beam 1 included: it is exactly greedy search), all
+def traced_search(translator: Translator, src: torch.Tensor, d: DecodeConfig) -> tuple[Hypothesis, list[BeamStep]]:
+    """The search with the settings `nmt translate` uses, traced: always the beam rule (beam 1 included), all
     `beam` finished hypotheses kept, and every step traced."""
-    d, ids = translator.settings(**search), translator.special
+    ids = translator.special
     steps: list[BeamStep] = []
-    hyps = beam_search(translator.model, src, bos=ids.bos, eos=ids.eos, pad=ids.pad, beam=d.beam, nbest=d.beam,
-                       length_penalty=d.length_penalty, length_penalty_type=d.length_penalty_type,
-                       max_len_a=d.max_len_a, max_len_b=d.max_len_b, trace=steps.append)
+    hyps = search.run(translator.model, src, translator.search_settings(d, nbest=d.beam), ids, trace=steps.append)
     return hyps[0][0], steps
 
 
@@ -109,17 +109,19 @@ def model_facts(translator: Translator, src_len: int, tgt_len: int) -> dict[str,
 
 
 def explain_sentence(translator: Translator, sentence: str, *, top_k: int = 5, query: int = 0,
-                     **search: Any) -> dict[str, Any]:
+                     decode: DecodeConfig | None = None) -> dict[str, Any]:
     """The page's data for one sentence: the translation `nmt translate` gives it (same search, same settings),
-    the search that found it, and the forward pass that scores it. `search`: DecodeConfig fields for this call."""
+    the search that found it, and the forward pass that scores it. `decode`: this call's settings (default: the
+    translator's)."""
     if top_k < 1:
         raise NmtError(f"--top-k must be at least 1, got {top_k}")
     started = time.perf_counter()
-    ids, notes = source_ids(translator, sentence, **search)
-    tok, special, d = translator.tokenizer, translator.special, translator.settings(**search)
+    d = decode or translator.decode
+    ids, notes = source_ids(translator, sentence, d)
+    tok, special = translator.tokenizer, translator.special
     src = collate([ids], [[]], pad=special.pad, bos=special.bos, eos=special.eos).src.to(translator.device)
     with torch.inference_mode():
-        best, steps = traced_search(translator, src, **search)
+        best, steps = traced_search(translator, src, d)
     tgt_in = torch.tensor([[special.bos, *best.tokens]], device=translator.device)
     targets = [*best.tokens, special.eos]
     data = walk(translator.model, src, tgt_in, targets, tok.tgt_pieces, banned={special.pad, special.bos},

@@ -1,17 +1,14 @@
-"""Greedy and beam search over the model's incremental decoder.
+"""Beam search as a strategy of nmt.search.loop: each step scores beam x V continuations per sentence by cumulative
+log-probability and keeps the best 2*beam (`best_continuations`, fairseq's BeamSearch.step). EOS candidates among the
+top `beam` become finished hypotheses, scored with the length penalty; the best `beam` non-EOS candidates continue.
+A sentence is done by the one stop rule (nmt.search.scoring.cannot_improve) or at its length limit, where EOS is
+forced on every beam; its rows then leave the batch and the cache. With beam=1 this is not quite greedy search: a
+hypothesis may go on past an EOS it could beat. The cache learns each step's outcome from one
+`cache.reorder(sentences kept, parent beams)`; a `trace` callback receives each step's candidates and what became of
+them (a BeamStep: `nmt explain` draws them).
 
-The model is used only through `encode(src)`, `init_cache(memory, src_pad_mask, max_len)` and
-`decode_step(tokens, cache, need_attention) -> (logits, attention | None)` (see nmt/model.py), plus its
-optional `max_positions` attribute.
-
-Both searches are batched: each step is one `decode_step` over all active rows, and the rows of
-finished sentences leave the cache (`cache.reorder`), so the batch shrinks as sentences finish.
-`src` [B, S] already ends in EOS and is right-padded with `pad`. The caller puts the model in eval().
-
-Maximum output length per sentence = floor(max_len_a * src_len + max_len_b) tokens, EOS not counted,
-where src_len counts the non-pad source tokens (its EOS included); capped at `max_positions - 1` so
-every decoder position exists. At that length EOS is forced.
-"""
+Rows: step 0 runs one row per sentence (all beams would hold the same empty prefix); its reorder widens each
+sentence to `beam` rows. Row n * beams + k is beam k of the n-th sentence still searching."""
 
 from __future__ import annotations
 
@@ -23,107 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmt.kernels import top_k_rows
-
-
-@dataclass
-class Hypothesis:
-    tokens: list[int]  # output ids, without BOS and EOS
-    score: float  # logprob / length penalty: what hypotheses are ranked by
-    logprob: float  # sum of the token log-probabilities, EOS included
-    # Only when asked: float32 [len(tokens) + 1, src_len] on CPU, the cross-attention of decoder layer
-    # `attention_layer` (default: the last) averaged over heads; row i is the step that produced output
-    # token i (the last one EOS), columns are the non-pad source tokens. Each row sums to 1.
-    attention: Tensor | None = None
-
-
-def length_penalty_divisor(length: int, alpha: float, kind: str = "gnmt") -> float:
-    """What a hypothesis's log-probability is divided by; `length` counts its tokens, EOS included.
-    gnmt (Wu et al. 2016): ((5 + length) / 6) ** alpha. average: length ** alpha, the form of Hugging Face
-    `generate` and Marian (alpha = 1: the mean token log-probability)."""
-    if kind == "average":
-        return float(length) ** alpha
-    return ((5.0 + length) / 6.0) ** alpha
-
-
-def length_normalized(logprob: float, length: int, alpha: float, kind: str = "gnmt") -> float:
-    """A hypothesis's score: logprob / length_penalty_divisor(length, alpha, kind)."""
-    return logprob / length_penalty_divisor(length, alpha, kind)
-
-
-def max_lengths(model, src: Tensor, pad: int, max_len_a: float, max_len_b: int) -> Tensor:
-    """Per-sentence output length limit [B] (EOS not counted)."""
-    src_len = src.ne(pad).sum(dim=1)
-    limit = (max_len_a * src_len.double() + max_len_b).floor().long()
-    max_positions = getattr(model, "max_positions", None)
-    return limit.clamp(0, max_positions - 1 if max_positions else None)
-
-
-def step_log_probs(logits: Tensor, at_limit: Tensor, bos: int, eos: int, pad: int) -> Tensor:
-    """float32 log-probabilities [N, V] (normalised over the whole vocabulary) with PAD and BOS made
-    impossible and, in rows at their length limit (at_limit [N]), everything but EOS, which keeps its
-    real log-probability. One log_softmax kernel: on CPU faster than subtracting a logsumexp from the
-    logits."""
-    logprobs = F.log_softmax(logits.float(), dim=-1)
-    logprobs[:, pad] = float("-inf")
-    logprobs[:, bos] = float("-inf")
-    if bool(at_limit.any()):
-        eos_logprobs = logprobs[:, eos].clone()
-        logprobs[at_limit] = float("-inf")
-        logprobs[:, eos] = eos_logprobs
-    return logprobs
-
-
-def step_attention(attention: Tensor | None, layer: int) -> Tensor | None:
-    """[L, N, H, S] from decode_step -> one layer averaged over heads [N, S]."""
-    return None if attention is None else attention[layer].float().mean(dim=1)
-
-
-@torch.no_grad()
-def greedy_search(model, src: Tensor, *, bos: int, eos: int, pad: int, max_len_a: float = 1.0,
-                  max_len_b: int = 50, need_attention: bool = False, attention_layer: int = -1,
-                  length_penalty: float = 0.6, length_penalty_type: str = "gnmt") -> list[list[Hypothesis]]:
-    """The most likely token at every step; one Hypothesis per sentence. The length penalty only sets
-    Hypothesis.score, so that it matches beam_search(beam=1)."""
-    B, S = src.shape
-    if B == 0:
-        return []
-    limit = max_lengths(model, src, pad, max_len_a, max_len_b)
-    T = int(limit.max())
-    memory, src_pad_mask = model.encode(src)
-    cache = model.init_cache(memory, src_pad_mask, T + 1)
-    rows = torch.arange(B, device=src.device)  # sentence of each active row (one row per sentence)
-    tokens = src.new_full((B,), bos)
-    out = src.new_full((B, T + 1), pad)
-    logprob = torch.zeros(B, device=src.device)
-    lengths = torch.zeros(B, dtype=torch.long, device=src.device)
-    attn = torch.zeros(B, T + 1, S, device=src.device) if need_attention else None
-    for t in range(T + 1):
-        logits, step_attn = model.decode_step(tokens, cache, need_attention)
-        best, tokens = step_log_probs(logits, t >= limit[rows], bos, eos, pad).max(dim=-1)
-        logprob[rows] = logprob[rows] + best
-        out[rows, t] = tokens
-        if attn is not None:
-            attn[rows, t] = step_attention(step_attn, attention_layer)
-        done = tokens.eq(eos)
-        lengths[rows[done]] = t
-        if bool(done.all()):
-            break
-        if bool(done.any()):
-            keep = (~done).nonzero().squeeze(1)
-            cache.reorder(keep, parents=torch.zeros_like(keep)[:, None])
-            rows, tokens = rows[keep], tokens[keep]
-    out_l, lp_l, len_l = out.tolist(), logprob.tolist(), lengths.tolist()
-    src_len = src.ne(pad).sum(dim=1).tolist()
-    attn = attn.cpu() if attn is not None else None
-    return [
-        [Hypothesis(
-            tokens=out_l[i][: len_l[i]],
-            score=length_normalized(lp_l[i], len_l[i] + 1, length_penalty, length_penalty_type),
-            logprob=lp_l[i],
-            attention=attn[i, : len_l[i] + 1, : src_len[i]].clone() if attn is not None else None,
-        )]
-        for i in range(B)
-    ]
+from nmt.search.scoring import Hypothesis, Move, cannot_improve, length_normalized
+from nmt.search.settings import SearchSettings
 
 
 @dataclass
@@ -189,12 +87,6 @@ class Finished:
         self.worst = torch.full((sentences,), float("-inf"), device=device)
         self.beam, self.alpha, self.kind, self.src_len = beam, alpha, kind, src_len
 
-    def cannot_improve(self, sentence: Tensor, best_active: Tensor, length: int) -> Tensor:
-        """[N]: the sentences whose best active beam (cumulative log-probability `best_active` at `length`) cannot
-        beat their worst kept hypothesis."""
-        worst = self.worst[sentence]
-        return worst.isfinite() & worst.ge(best_active / length_penalty_divisor(length, self.alpha, self.kind))
-
     def add(self, sentences: list[int], logprobs: list[float], prefixes: list[list[int]],
             attention: Tensor | None) -> None:
         """Hypotheses ending (with EOS) at this step: their prefixes, total log-probabilities and, when
@@ -211,96 +103,71 @@ class Finished:
                 self.worst[s] = self.hypotheses[s][-1].score
 
 
-@torch.no_grad()
-def beam_search(model, src: Tensor, *, bos: int, eos: int, pad: int, beam: int = 4, length_penalty: float = 0.6,
-                max_len_a: float = 1.0, max_len_b: int = 50, nbest: int = 1, need_attention: bool = False,
-                attention_layer: int = -1, length_penalty_type: str = "gnmt",
-                trace: Callable[[BeamStep], None] | None = None) -> list[list[Hypothesis]]:
-    """Batched beam search; per sentence the `nbest` best finished hypotheses, best first.
+class Beam:
+    def __init__(self, src: Tensor, limit: Tensor, settings: SearchSettings, eos: int, pad: int,
+                 trace: Callable[[BeamStep], None] | None = None):
+        B, S = src.shape
+        T = int(limit.max())
+        device, s = src.device, settings
+        self.settings, self.limit, self.eos, self.trace, self.K = settings, limit, eos, trace, settings.beam
+        self.sentence = torch.arange(B, device=device)  # the sentence of each group still searching
+        self.scores = torch.zeros(B, device=device)  # cumulative log-probability of each row
+        self.history = src.new_full((B, T + 1), pad)  # tokens emitted so far by each row
+        self.attn = torch.zeros(B, T + 1, S, device=device) if s.need_attention else None
+        self.finished = Finished(B, self.K, s.length_penalty, s.length_penalty_type, src.ne(pad).sum(dim=1).tolist(),
+                                 device)
 
-    Each step scores beam x V continuations per sentence by cumulative log-probability and keeps the
-    best 2*beam (`best_continuations`). EOS candidates among the top `beam` become finished hypotheses,
-    scored with the length penalty (`length_penalty_type`); the best `beam` non-EOS candidates continue. Early stop: a
-    sentence is done once it has `beam` finished hypotheses and its best active beam, scored at its
-    current length, cannot beat the worst of them (fairseq stops at `beam` finished alone, which with a
-    confident model lets junk beams that end early crowd out the real translation), or when it reaches
-    its length limit, where EOS is forced on every beam. With beam=1 this is exactly greedy search.
-    The cache learns each step's outcome from one `cache.reorder(sentences kept, parent beams)`.
-    `trace`, when given, receives each step's candidates and what became of them (a BeamStep).
-    """
-    B, S = src.shape
-    if _checked(beam, nbest) and B == 0:
-        return []
-    K, device = beam, src.device
-    limit = max_lengths(model, src, pad, max_len_a, max_len_b)
-    T = int(limit.max())
-    memory, src_pad_mask = model.encode(src)
-    cache = model.init_cache(memory, src_pad_mask, T + 1)
-    # Step 0 runs one row per sentence (all beams would hold the same empty prefix); its reorder widens
-    # each sentence to K rows. Row n * beams + k is beam k of the n-th sentence still searching.
-    sentence = torch.arange(B, device=device)  # the sentence of each group still searching
-    scores = torch.zeros(B, device=device)  # cumulative log-probability of each row
-    tokens = src.new_full((B,), bos)
-    history = src.new_full((B, T + 1), pad)  # tokens emitted so far by each row
-    attn = torch.zeros(B, T + 1, S, device=device) if need_attention else None
-    finished = Finished(B, K, length_penalty, length_penalty_type, src.ne(pad).sum(dim=1).tolist(), device)
+    def beams(self, t: int) -> int:
+        """Rows per sentence at step t."""
+        return 1 if t == 0 else self.K
 
-    for t in range(T + 1):
-        beams = 1 if t == 0 else K  # rows per sentence at this step
-        logits, step_attn = model.decode_step(tokens, cache, need_attention)
-        at_limit = t >= limit[sentence]
-        logprobs = step_log_probs(logits, at_limit.repeat_interleave(beams), bos, eos, pad)
-        top = best_continuations(logprobs, scores, beams, 2 * K)
-        top_rows = top.parents + torch.arange(sentence.numel(), device=device)[:, None] * beams  # [N, 2K]
-        is_eos = top.tokens.eq(eos)
-        step_attn = step_attention(step_attn, attention_layer)
+    def at_limit(self, t: int) -> Tensor:
+        return (t >= self.limit[self.sentence]).repeat_interleave(self.beams(t))
 
+    def step(self, t: int, logprobs: Tensor, step_attn: Tensor | None) -> Move | None:
+        """The beam rule for step t; None when every sentence is done."""
+        K, beams, sentence, s = self.K, self.beams(t), self.sentence, self.settings
+        top = best_continuations(logprobs, self.scores, beams, 2 * K)
+        top_rows = top.parents + torch.arange(sentence.numel(), device=sentence.device)[:, None] * beams  # [N, 2K]
+        is_eos = top.tokens.eq(self.eos)
         ending = is_eos[:, :K] & top.scores[:, :K].isfinite()
         if bool(ending.any()):
-            _finish(finished, t, ending, top, top_rows, sentence, history, attn, step_attn)
-
+            self._finish(t, ending, top, top_rows, step_attn)
         # The best K non-EOS candidates of each sentence (a stable sort keeps their rank order).
         continuing = is_eos.to(torch.int8).sort(dim=1, stable=True).indices[:, :K]
-        done = at_limit | finished.cannot_improve(sentence, top.scores.gather(1, continuing[:, :1]).squeeze(1), t + 1)
-        if trace is not None:
-            trace(_beam_step(t, sentence, top, ending, continuing, done))
+        best_active = top.scores.gather(1, continuing[:, :1]).squeeze(1)
+        done = (t >= self.limit[sentence]) | cannot_improve(self.finished.worst[sentence], best_active, t + 1,
+                                                            s.length_penalty, s.length_penalty_type)
+        if self.trace is not None:
+            self.trace(_beam_step(t, sentence, top, ending, continuing, done))
         if bool(done.all()):
-            break
+            return None
         keep = (~done).nonzero().squeeze(1)
         continuing = continuing[keep]
-        cache.reorder(keep, parents=top.parents[keep].gather(1, continuing))
         rows = top_rows[keep].gather(1, continuing).flatten()
         tokens = top.tokens[keep].gather(1, continuing).flatten()
-        scores = top.scores[keep].gather(1, continuing).flatten()
-        history, attn = _extend(history, attn, rows, t, tokens, step_attn)
-        sentence = sentence[keep]
+        self.scores = top.scores[keep].gather(1, continuing).flatten()
+        self._extend(rows, t, tokens, step_attn)
+        self.sentence = sentence[keep]
+        return Move(tokens, keep, top.parents[keep].gather(1, continuing))
 
-    return [hyps[:nbest] for hyps in finished.hypotheses]
+    def _finish(self, t: int, ending: Tensor, top: Candidates, top_rows: Tensor, step_attn: Tensor | None) -> None:
+        """The candidates `ending` [N, K] (EOS among each sentence's best K) become finished hypotheses."""
+        slot, rank = ending.nonzero(as_tuple=True)
+        rows = top_rows[slot, rank]
+        ended_attn = None
+        if self.attn is not None and step_attn is not None:
+            ended_attn = torch.cat([self.attn[rows, :t], step_attn[rows, None]], dim=1).cpu()
+        self.finished.add(self.sentence[slot].tolist(), top.scores[slot, rank].tolist(),
+                          self.history[rows, :t].tolist(), ended_attn)
 
+    def _extend(self, rows: Tensor, t: int, tokens: Tensor, step_attn: Tensor | None) -> None:
+        """The token histories (and attention) of the rows kept, with step t's tokens (and attention) written."""
+        self.history = self.history[rows]
+        self.history[:, t] = tokens
+        if self.attn is not None:
+            self.attn = self.attn[rows]
+            self.attn[:, t] = step_attn[rows]
 
-def _finish(finished: Finished, t: int, ending: Tensor, top: Candidates, top_rows: Tensor, sentence: Tensor,
-            history: Tensor, attn: Tensor | None, step_attn: Tensor | None) -> None:
-    """The candidates `ending` [N, K] (EOS among each sentence's best K) become finished hypotheses."""
-    slot, rank = ending.nonzero(as_tuple=True)
-    rows = top_rows[slot, rank]
-    ended_attn = None
-    if attn is not None and step_attn is not None:
-        ended_attn = torch.cat([attn[rows, :t], step_attn[rows, None]], dim=1).cpu()
-    finished.add(sentence[slot].tolist(), top.scores[slot, rank].tolist(), history[rows, :t].tolist(), ended_attn)
-
-
-def _extend(history: Tensor, attn: Tensor | None, rows: Tensor, t: int, tokens: Tensor, step_attn: Tensor | None
-            ) -> tuple[Tensor, Tensor | None]:
-    """The token histories (and attention) of the rows kept, with step t's tokens (and attention) written."""
-    history = history[rows]
-    history[:, t] = tokens
-    if attn is not None:
-        attn = attn[rows]
-        attn[:, t] = step_attn[rows]
-    return history, attn
-
-
-def _checked(beam: int, nbest: int) -> bool:
-    if beam < 1 or not 1 <= nbest <= beam:
-        raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
-    return True
+    def results(self) -> list[list[Hypothesis]]:
+        return [hyps[:self.settings.nbest] for hyps in self.finished.hypotheses]

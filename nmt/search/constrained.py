@@ -1,7 +1,7 @@
 """Lexically constrained beam search (Post & Vilar 2018, "dynamic beam allocation"): the output must contain every
 term of a glossary (nmt.translation.glossary), each given as one or more alternative token sequences.
 
-One sentence at a time (src [1, S]), over the same model interface as nmt.search.beam. Each step, for every beam:
+A strategy of nmt.search.loop, one sentence at a time (src [1, S]). Each step, for every beam:
 - candidates: its `beam` best next tokens, plus the token that continues the term it is writing or, when it is in
   none, the first token of every term it has not met (so a term can always be started where the model likes it);
 - state: the terms met and how far into one it is; a token that leaves a half-written term resets that progress;
@@ -10,9 +10,10 @@ One sentence at a time (src [1, S]), over the same model interface as nmt.search
 - EOS only once every term is met, except at the length limit, where EOS is forced as in nmt.search.beam.
 Forcing a term costs log-probability for a few steps, so the beams would drop it at once: the beam is shared out
 between "banks" of equal progress (tokens of terms written), the best of each bank in turn, most progress first.
-Finished hypotheses are ranked by the length-normalized score and the search stops as beam_search does (`beam`
-finished that the best active one cannot beat, or the limit). A hypothesis ended at the limit without all its
-terms comes after every one that met them all (n-best lists stay full)."""
+Finished hypotheses are ranked by the length-normalized score and the search stops by the one stop rule
+(nmt.search.scoring.cannot_improve), at the limit, or past `SearchSettings.deadline`. A hypothesis ended at the limit
+without all its terms comes after every one that met them all (n-best lists stay full). The beam widens with the
+terms (beam x (terms + 1), at most 32): each bank of progress needs room."""
 
 from __future__ import annotations
 
@@ -20,12 +21,22 @@ import time
 from dataclasses import dataclass, field, replace
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from nmt.search.beam import Hypothesis, length_normalized, max_lengths, step_attention, step_log_probs
+from nmt.search.scoring import Hypothesis, Move, cannot_improve, length_normalized
+from nmt.search.settings import SearchSettings
 
 Constraint = list[list[int]]  # one term: its alternative token sequences
+
+
+@dataclass
+class Terms:
+    """The constraints of one sentence: each term's alternative token sequences, which target tokens do not start a
+    word (`continues_word` [V] bool), and which terms must end a word (`ends_word`, default: all; see `advance`)."""
+
+    sequences: list[Constraint]
+    continues_word: Tensor
+    ends_word: list[bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -106,58 +117,66 @@ def allocate(candidates: list[tuple[float, int, int, State]], width: int) -> lis
     return sorted(chosen[:width], key=lambda c: -c[0])
 
 
-@torch.no_grad()
-def constrained_search(model, src: Tensor, constraints: list[Constraint], continues_word: Tensor, *, bos: int,
-                       eos: int, pad: int, beam: int = 5, nbest: int = 1, length_penalty: float = 0.6,
-                       length_penalty_type: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50,
-                       need_attention: bool = False, attention_layer: int = -1,
-                       ends_word: list[bool] | None = None, deadline: float | None = None) -> list[Hypothesis]:
-    """The `nbest` best hypotheses of the one sentence src [1, S] that contain every constraint (see the module
-    docstring). `continues_word` [V] bool: tokens that do not start a word; `ends_word`: as for `advance`. The beam
-    widens with the terms (beam x (terms + 1), at most 32): each bank of progress needs room."""
-    width = min(beam * (len(constraints) + 1), max(32, beam))
-    limit = int(max_lengths(model, src, pad, max_len_a, max_len_b)[0])
-    memory, src_pad_mask = model.encode(src)
-    cache = model.init_cache(memory, src_pad_mask, limit + 1)
-    beams = [_Beam([], 0.0, State())]
-    tokens = src.new_full((1,), bos)
-    finished: list[Hypothesis] = []
-    unfinished: list[Hypothesis] = []  # ended at the limit without every term
-    wordish = continues_word.tolist()
-    for t in range(limit + 1):
-        logits, step_attn = model.decode_step(tokens, cache, need_attention)
-        at_limit = torch.full((len(beams),), t >= limit, device=src.device)
-        logprobs = step_log_probs(logits, at_limit, bos, eos, pad)
-        rows_attn = step_attention(step_attn, attention_layer)
-        if t < limit:
-            incomplete = [i for i, b in enumerate(beams) if not b.state.complete(len(constraints))]
-            logprobs[incomplete, eos] = float("-inf")
-        best = logprobs.topk(min(beam, logprobs.size(1)), dim=1).indices.tolist()
+class Constrained:
+    def __init__(self, src: Tensor, limit: Tensor, settings: SearchSettings, eos: int, terms: Terms):
+        if src.size(0) != 1:
+            raise ValueError(f"constrained search takes one sentence at a time, got {src.size(0)}")
+        self.settings, self.eos, self.terms, self.device = settings, eos, terms, src.device
+        self.limit = int(limit[0])
+        self.width = min(settings.beam * (len(terms.sequences) + 1), max(32, settings.beam))
+        self.beams = [_Beam([], 0.0, State())]
+        self.finished: list[Hypothesis] = []
+        self.unfinished: list[Hypothesis] = []  # ended at the limit without every term
+        self.wordish = terms.continues_word.tolist()
+
+    def at_limit(self, t: int) -> Tensor:
+        return torch.full((len(self.beams),), t >= self.limit, device=self.device)
+
+    def step(self, t: int, logprobs: Tensor, rows_attn: Tensor | None) -> Move | None:
+        """Candidates, their states, the finished and the beams by dynamic beam allocation; None when done."""
+        s, n_terms = self.settings, len(self.terms.sequences)
+        if t < self.limit:
+            incomplete = [i for i, b in enumerate(self.beams) if not b.state.complete(n_terms)]
+            logprobs[incomplete, self.eos] = float("-inf")
+        candidates = self._candidates(logprobs, rows_attn)
+        self.finished = sorted(self.finished, key=lambda h: -h.score)[:s.beam]
+        chosen = allocate(candidates, self.width) if t < self.limit else []
+        worst = self.finished[-1].score if len(self.finished) >= s.beam else float("-inf")
+        if not chosen or cannot_improve(worst, chosen[0][0], t + 1, s.length_penalty, s.length_penalty_type):
+            return None
+        if s.deadline is not None and time.monotonic() > s.deadline:
+            return None
+        parents = [c[1] for c in chosen]
+        self.beams = [_Beam(self.beams[p].tokens + [tok], score, state,
+                            self.beams[p].attention + ([rows_attn[p].cpu()] if rows_attn is not None else []))
+                      for score, p, tok, state in chosen]
+        return Move(torch.tensor([c[2] for c in chosen], device=self.device),
+                    torch.zeros(1, dtype=torch.long, device=self.device),
+                    torch.tensor([parents], device=self.device))
+
+    def _candidates(self, logprobs: Tensor, rows_attn: Tensor | None) -> list[tuple[float, int, int, State]]:
+        """Each beam's `beam` best tokens and those that make progress, as (score, parent, token, state); an EOS
+        among them ends a hypothesis (finished when it met every term, else unfinished)."""
+        s, terms, n_terms = self.settings, self.terms, len(self.terms.sequences)
+        best = logprobs.topk(min(s.beam, logprobs.size(1)), dim=1).indices.tolist()
         candidates = []
-        for i, b in enumerate(beams):
-            toks = sorted(set(best[i]) | wanted(b.state, constraints))
+        for i, b in enumerate(self.beams):
+            toks = sorted(set(best[i]) | wanted(b.state, terms.sequences))
             for tok, lp in zip(toks, logprobs[i, toks].tolist()):
                 score = b.logprob + lp
                 if score == float("-inf"):
                     continue
-                if tok == eos:
-                    hyp = _ended(b, score, rows_attn, i, length_penalty, length_penalty_type)
-                    (finished if b.state.complete(len(constraints)) else unfinished).append(hyp)
+                if tok == self.eos:
+                    hyp = _ended(b, score, rows_attn, i, s.length_penalty, s.length_penalty_type)
+                    (self.finished if b.state.complete(n_terms) else self.unfinished).append(hyp)
                 else:
-                    candidates.append((score, i, tok, advance(b.state, tok, constraints, wordish[tok], ends_word)))
-        finished = sorted(finished, key=lambda h: -h.score)[:beam]
-        chosen = allocate(candidates, width) if t < limit else []
-        if not chosen or _cannot_improve(finished, chosen, beam, t, length_penalty, length_penalty_type):
-            break
-        if deadline is not None and time.monotonic() > deadline:
-            break
-        parents = [c[1] for c in chosen]
-        beams = [_Beam(beams[p].tokens + [tok], score, state,
-                       beams[p].attention + ([rows_attn[p].cpu()] if rows_attn is not None else []))
-                 for score, p, tok, state in chosen]
-        cache.reorder(src.new_zeros(1), parents=torch.tensor([parents], device=src.device))
-        tokens = torch.tensor([c[2] for c in chosen], device=src.device)
-    return (finished + sorted(unfinished, key=lambda h: -h.score))[:nbest]  # those with every term first
+                    state = advance(b.state, tok, terms.sequences, self.wordish[tok], terms.ends_word)
+                    candidates.append((score, i, tok, state))
+        return candidates
+
+    def results(self) -> list[list[Hypothesis]]:
+        """The sentence's n-best, those with every term first."""
+        return [(self.finished + sorted(self.unfinished, key=lambda h: -h.score))[:self.settings.nbest]]
 
 
 def _ended(b: _Beam, logprob: float, rows_attn: Tensor | None, i: int, alpha: float, kind: str) -> Hypothesis:
@@ -165,28 +184,3 @@ def _ended(b: _Beam, logprob: float, rows_attn: Tensor | None, i: int, alpha: fl
     if rows_attn is not None:
         attention = torch.stack(b.attention + [rows_attn[i].cpu()]).float()
     return Hypothesis(list(b.tokens), length_normalized(logprob, len(b.tokens) + 1, alpha, kind), logprob, attention)
-
-
-def _cannot_improve(finished: list[Hypothesis], chosen: list, beam: int, t: int, alpha: float, kind: str) -> bool:
-    """beam_search's early stop: `beam` finished and the best active, scored at its length, does not beat the worst."""
-    if len(finished) < beam:
-        return False
-    return length_normalized(chosen[0][0], t + 1, alpha, kind) <= finished[-1].score
-
-
-@torch.no_grad()
-def forced(model, src: Tensor, tokens: list[int], *, bos: int, eos: int, length_penalty: float = 0.6,
-           length_penalty_type: str = "gnmt", need_attention: bool = False, attention_layer: int = -1) -> Hypothesis:
-    """`tokens` (then EOS) as the output of the one sentence src [1, S], scored as the searches score a hypothesis
-    (its log-probability, length-normalized), with its attention rows when asked."""
-    memory, src_pad_mask = model.encode(src)
-    cache = model.init_cache(memory, src_pad_mask, len(tokens) + 1)
-    logprob, rows = 0.0, []
-    for previous, token in zip([bos, *tokens], [*tokens, eos]):
-        logits, step_attn = model.decode_step(src.new_full((1,), previous), cache, need_attention)
-        logprob += float(F.log_softmax(logits[0].float(), dim=-1)[token])
-        if step_attn is not None:
-            rows.append(step_attention(step_attn, attention_layer)[0].cpu())
-    attention = torch.stack(rows).float() if rows else None
-    score = length_normalized(logprob, len(tokens) + 1, length_penalty, length_penalty_type)
-    return Hypothesis(list(tokens), score, logprob, attention)

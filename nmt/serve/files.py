@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nmt.config.experiment import DecodeConfig
 from nmt.errors import NmtError, first_line
 from nmt.serve.batcher import Closed, Full
 from nmt.serve.filestore import Entry, FileStore
@@ -26,8 +27,10 @@ from nmt.serve.http_errors import ApiError, shown
 from nmt.serve.libre_settings import supported_extensions
 from nmt.serve.native import Api, client_of, disconnected
 from nmt.serve.web import FastAPI, JSONResponse, Request
-from nmt.serve.worker import Service
+from nmt.serve.worker import Search, Service
 from nmt.translation.documents import FORMATS, REFUSED, translate_document
+from nmt.translation.glossary import Glossary
+from nmt.translation.translator import Translation
 from nmt.workbudget import Cancelled, OverBudget, TimedOut, WorkBudget
 
 log = logging.getLogger("uvicorn.error")
@@ -41,25 +44,29 @@ class QueuedTranslator:
     def __init__(self, api: Api, service: Service, client: str, budget: WorkBudget):
         self.api, self.service, self.client, self.budget = api, service, client, budget
         self.tokenizer = service.model.translator.tokenizer  # type: ignore[union-attr]
-        self.search = api.search(service, None, None)._replace(attention=True)
+        self.default = api.search(service, None, None)
         self.sentences = 0
 
-    def translate_chunk(self, texts: list[str], **_: Any) -> list[Any]:
+    def translate_chunk(self, texts: list[str], *, decode: DecodeConfig | None = None, need_attention: bool = False,
+                        glossary: Glossary | None = None, first_line: int = 1) -> list[Translation]:
+        """nmt.translation.translator.SentenceTranslator: `glossary` None is the server's (serve.glossary)."""
         limits = self.api.limits
+        search = Search(decode or self.default.decode, attention=need_attention,
+                        glossary=glossary if glossary is not None else self.default.glossary)
         self.sentences += len(texts)
         if self.sentences > limits.max_file_sentences:
             raise ApiError(413, f"the file has over serve.max_file_sentences={limits.max_file_sentences} sentences",
                            "serve.max_file_sentences")
         step = limits.max_sentences
-        return [r for i in range(0, len(texts), step) for r in self._slice(texts[i:i + step])]
+        return [r for i in range(0, len(texts), step) for r in self._slice(texts[i:i + step], search)]
 
-    def _slice(self, texts: list[str]) -> list[Any]:
+    def _slice(self, texts: list[str], search: Search) -> list[Translation]:
         futures: list[concurrent.futures.Future] | None = None
         try:
             while futures is None:
                 self.budget.check()
                 try:
-                    futures = self.service.batcher.submit(texts, self.search, self.client)  # type: ignore[union-attr]
+                    futures = self.service.batcher.submit(texts, search, self.client)  # type: ignore[union-attr]
                 except Full as e:
                     time.sleep(min(e.retry_after, 1.0))
             while concurrent.futures.wait(futures, timeout=0.25)[1]:
@@ -98,7 +105,7 @@ def _translate(api: Api, service: Service, entry: Entry, upload: Any, name: str,
     budget = WorkBudget.within(name, seconds=limits.file_timeout, cancel=entry.cancel)
     translator = QueuedTranslator(api, service, client, budget)
     try:
-        translate_document(translator, src, dst, fmt, max_bytes=limits.max_file_bytes,  # type: ignore[arg-type]
+        translate_document(translator, src, dst, fmt, max_bytes=limits.max_file_bytes,
                            budget=budget)
     except TimedOut:
         raise _timeout(limits.file_timeout) from None

@@ -218,7 +218,7 @@ class Api:
         service = self.models.route(req.source, req.target)
         search = self.search(service, req.beam, req.nbest, req.glossary)._replace(attention=req.attention)
         results = await self.translate(request, service, req.sentences, search)
-        answers = [_native_answer(r, search.nbest, req.scores) for r in results]
+        answers = [_native_answer(r, search.decode.nbest, req.scores) for r in results]
         if req.attention:
             tokenizer = service.model.translator.tokenizer  # type: ignore[union-attr]
             for answer, r in zip(answers, results):

@@ -3,6 +3,8 @@ and its glossary (nmt.translation.glossary) on top of the server's, within serve
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from nmt.config.experiment import DecodeConfig
 from nmt.config.serve import ServeConfig
 from nmt.errors import NmtError
@@ -23,7 +25,7 @@ def requested_search(decode: DecodeConfig, limits: ServeConfig, server_terms: Gl
     nbest = min(decode.nbest, beam) if nbest is None else nbest
     if nbest > beam:
         raise ApiError(422, f"nbest must be between 1 and the beam size ({beam}), got {nbest}")
-    return Search(beam, nbest, glossary=requested_glossary(limits, server_terms, terms))
+    return Search(replace(decode, beam=beam, nbest=nbest), glossary=requested_glossary(limits, server_terms, terms))
 
 
 def requested_glossary(limits: ServeConfig, server_terms: Glossary | None,

@@ -15,7 +15,7 @@ from nmt.data.datadir import DataDir, lengths
 from nmt.loss import label_smoothed_loss
 from nmt.model import Transformer
 from nmt.score import bleu_tokenizer, corpus_bleu
-from nmt.search.beam import greedy_search
+from nmt.search import SearchSettings, run
 from nmt.tokenizer import SpecialIds, Tokenizer
 
 Autocast = Callable[[], contextlib.AbstractContextManager]
@@ -48,8 +48,8 @@ def greedy_bleu(model: Transformer, sources: Sequence[Sequence[int]], references
     hyps: list[str] = [""] * len(sources)
     for rows, batch in source_batches(sources, max_tokens, special):
         with autocast():
-            out = greedy_search(model, batch.src.to(device), max_len_a=max_len_a, max_len_b=max_len_b,
-                                bos=special.bos, eos=special.eos, pad=special.pad)
+            out = run(model, batch.src.to(device), SearchSettings(beam=1, max_len_a=max_len_a, max_len_b=max_len_b),
+                      special)
         for i, hyp in zip(rows, tokenizer.decode_tgt([h[0].tokens for h in out])):
             hyps[i] = hyp
     return corpus_bleu(hyps, [references], tokenize)

@@ -37,8 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from nmt.search.beam import Hypothesis
-from nmt.search.constrained import constrained_search, forced
+from nmt.search import Hypothesis, Terms, forced, run
 from nmt.translation.alignment import aligned
 from nmt.translation.glossary import Match, ends_word, obeyed
 from nmt.workbudget import current as work_budget
@@ -228,12 +227,10 @@ def constrained(translator, src: torch.Tensor, terms: list[Match], need_attentio
     encoded = [([seq for seq in translator.tokenizer.encode_tgt(list(m.forms)) if seq], ends_word(m.forms[0]))
                for m in terms]
     encoded = [t for t in encoded if t[0]]
-    return constrained_search(
-        translator.model, src, [t[0] for t in encoded], translator.continues_word, bos=ids.bos, eos=ids.eos,
-        pad=ids.pad, beam=max(d.beam, d.nbest), nbest=d.nbest, length_penalty=d.length_penalty,
-        length_penalty_type=d.length_penalty_type, max_len_a=d.max_len_a, max_len_b=d.max_len_b,
-        need_attention=need_attention, attention_layer=translator.attention_layer,
-        ends_word=[t[1] for t in encoded], deadline=time.monotonic() + SEARCH_SECONDS)
+    settings = translator.search_settings(d, beam=max(d.beam, d.nbest), need_attention=need_attention,
+                                          deadline=time.monotonic() + SEARCH_SECONDS)
+    terms = Terms([t[0] for t in encoded], translator.continues_word, [t[1] for t in encoded])
+    return run(translator.model, src, settings, ids, constraints=terms)[0]
 
 
 def forced_text(translator, src: torch.Tensor, text: str, need_attention: bool, d) -> Hypothesis:
@@ -242,6 +239,5 @@ def forced_text(translator, src: torch.Tensor, text: str, need_attention: bool, 
     limit = getattr(translator.model, "max_positions", None)
     tokens = tokens[:limit - 1] if limit else tokens
     ids = translator.special
-    return forced(translator.model, src, tokens, bos=ids.bos, eos=ids.eos, length_penalty=d.length_penalty,
-                  length_penalty_type=d.length_penalty_type, need_attention=need_attention,
-                  attention_layer=translator.attention_layer)
+    return forced(translator.model, src, tokens, translator.search_settings(d, need_attention=need_attention),
+                  bos=ids.bos, eos=ids.eos)

@@ -1,6 +1,11 @@
 """The translation core: a loaded model + tokenizer + default search settings (`Translator`), opened one way
-(`Translator.load`) by `nmt translate`, `nmt serve` and the benches. Lines in -> encode -> sort by length ->
-batch -> search -> restore order -> results. Search settings may change per call (`beam=4`, `nbest=4`, ...).
+(`Translator.load`) by `nmt translate`, `nmt serve` and the benches. Lines in -> source ids (one rule:
+`source_ids`) -> sort by length -> batch -> search (nmt.search.run) -> restore order -> results. The settings may
+change per call (`decode=translator.decode_with(beam=1)`).
+
+`SentenceTranslator` is the interface every caller translates through (the CLI, documents, `nmt serve`'s plain,
+HTML and file paths, explain): `Translator` implements it, and so does the server's queued translator, which hands
+the same call to the model's thread.
 """
 
 from __future__ import annotations
@@ -8,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -22,7 +27,8 @@ from nmt.device import pick_device
 from nmt.errors import NmtError
 from nmt.log import console
 from nmt.precision import for_inference, prepare
-from nmt.search.beam import Hypothesis, beam_search, greedy_search
+from nmt.search import Hypothesis, SearchSettings, run
+from nmt.tokenizer import Tokenizer
 from nmt.translation import terminology
 from nmt.translation.glossary import Glossary
 
@@ -37,11 +43,9 @@ class ModelOptions:
     threads: int = 0
     quantize: str | None = None
     # Where the search settings come from (`Translator.load`): with --config, the loaded config's decode
-    # section; without, the checkpoint's own (the beam and length penalty it was tuned with) with the user's
-    # --set section.key=value strings on top. Then, either way, the dedicated options (--beam 5 -> {"beam": 5}).
+    # section; without, the checkpoint's own (the beam and length penalty it was tuned with) with the decode keys
+    # the user set (--set decode.KEY=VALUE, --beam 5: the config's `given` keys) on top.
     config_given: bool = True
-    decode_overrides: list[str] = field(default_factory=list)
-    decode_changes: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -53,6 +57,16 @@ class Translation:
     hypotheses: list[Hypothesis]
     text: list[str]
     truncated_from: int = 0  # the line's source tokens when they were more than max_input_tokens
+
+
+class SentenceTranslator(Protocol):
+    """Translate these sentences: results in input order (see Translator.translate_chunk); `tokenizer` reads the
+    results' ids (alignment)."""
+
+    tokenizer: Tokenizer
+
+    def translate_chunk(self, lines: list[str], *, decode: DecodeConfig | None = None, need_attention: bool = False,
+                        glossary: Glossary | None = None, first_line: int = 1) -> list[Translation]: ...
 
 
 class Translator:
@@ -82,15 +96,17 @@ class Translator:
     def load(cls, ckpt: str | Path | Checkpoint, cfg: Config | None = None, opts: ModelOptions | None = None,
              **kwargs: Any) -> Translator:
         """The one way to open a checkpoint for translation. Search settings: `cfg.decode` when the user gave a
-        config (`opts.config_given`), else those the checkpoint was trained with, with `opts.decode_overrides`
-        on top; then `opts.decode_changes`. `kwargs` (attention_layer) go to the constructor."""
+        config (`opts.config_given`), else those the checkpoint was trained with, with the decode keys set in `cfg`
+        (`cfg.given`: --set decode.KEY=VALUE, --beam ...) on top. `kwargs` (attention_layer) go to the
+        constructor."""
         opts = opts or ModelOptions(config_given=cfg is not None)
         ckpt = ckpt if isinstance(ckpt, Checkpoint) else checkpoint.load(ckpt)
-        decode = cfg.decode if cfg is not None and opts.config_given else ckpt.decode_config(opts.decode_overrides)
-        try:
-            decode = dataclasses.replace(decode, **opts.decode_changes)
-        except TypeError:
-            raise NmtError(f"not search settings: {', '.join(sorted(opts.decode_changes))}") from None
+        if cfg is not None and opts.config_given:
+            decode = cfg.decode
+        else:
+            cfg = cfg or Config()
+            keys = sorted(k.removeprefix("decode.") for k in cfg.given if k.startswith("decode."))
+            decode = ckpt.decode_config({k: getattr(cfg.decode, k) for k in keys})
         check_decode(decode)
         return cls(ckpt, decode, device=opts.device, dtype=opts.dtype, quantize=opts.quantize, **kwargs)
 
@@ -105,23 +121,29 @@ class Translator:
             raise NmtError(f"decode.prefix '{prefix}' is not in the model's source vocabulary{known}")
         return [i]
 
-    def settings(self, **changes: Any) -> DecodeConfig:
-        """The default search settings with `changes` (DecodeConfig fields) for one call."""
+    def decode_with(self, **changes: Any) -> DecodeConfig:
+        """The default settings with `changes` (DecodeConfig fields: beam=1, nbest=3, ...) for some calls."""
         return dataclasses.replace(self.decode, **changes) if changes else self.decode
 
-    def max_src(self, **search: Any) -> int:
+    def max_src(self, decode: DecodeConfig | None = None) -> int:
         """Source tokens kept per line (longer lines are truncated, with a warning)."""
-        return min(self.settings(**search).max_input_tokens, self.model.max_positions - 1)
+        return min((decode or self.decode).max_input_tokens, self.model.max_positions - 1)
+
+    def source_ids(self, lines: list[str], decode: DecodeConfig | None = None) -> list[tuple[list[int], int]]:
+        """The source-ids rule: each line's ids as the model reads them (decode.prefix, then its pieces, cleaned
+        like the training data, cut to `max_src`) and its token count when it was cut (else 0)."""
+        d = decode or self.decode
+        prefix, max_src = self.prefix_ids(d.prefix), self.max_src(d)
+        ids = [prefix + seq for seq in self.tokenizer.encode_src(lines)]
+        return [(seq[:max_src], len(seq) if len(seq) > max_src else 0) for seq in ids]
 
     # ---- one chunk
+    def search_settings(self, decode: DecodeConfig, **changes: Any) -> SearchSettings:
+        """The search settings of `decode` with this translator's attention layer, and `changes`."""
+        return SearchSettings.of(decode, attention_layer=self.attention_layer, **changes)
+
     def _search(self, src: torch.Tensor, need_attention: bool, d: DecodeConfig) -> list[list[Hypothesis]]:
-        ids = self.special
-        common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, bos=ids.bos, eos=ids.eos, pad=ids.pad,
-                      need_attention=need_attention, attention_layer=self.attention_layer)
-        penalty = dict(length_penalty=d.length_penalty, length_penalty_type=d.length_penalty_type)
-        if d.beam == 1:
-            return greedy_search(self.model, src, **penalty, **common)
-        return beam_search(self.model, src, beam=d.beam, nbest=d.nbest, **penalty, **common)
+        return run(self.model, src, self.search_settings(d, need_attention=need_attention), self.special)
 
     @functools.cached_property
     def continues_word(self) -> torch.Tensor:
@@ -131,21 +153,20 @@ class Translator:
         return torch.tensor([not p.startswith("\u2581") and p[:1].isalnum() for p in pieces])
 
     @torch.inference_mode()
-    def translate_chunk(self, lines: list[str], *, first_line: int = 1, need_attention: bool = False,
-                        glossary: Glossary | None = None, **search: Any) -> list[Translation]:
-        """Translate a list of lines; results come back in input order. `search`: DecodeConfig fields that
-        differ for this call (beam=4, nbest=4, ...). `glossary`: terms the translations must hold
-        (nmt.translation.glossary)."""
-        decode = self.settings(**search)
-        prefix, max_src = self.prefix_ids(decode.prefix), self.max_src(**search)
+    def translate_chunk(self, lines: list[str], *, decode: DecodeConfig | None = None, need_attention: bool = False,
+                        glossary: Glossary | None = None, first_line: int = 1) -> list[Translation]:
+        """Translate a list of lines; results come back in input order. `decode`: the settings of this call
+        (default: the translator's). `glossary`: terms the translations must hold (nmt.translation.glossary).
+        `first_line`: the number of the first line, in warnings."""
+        decode = decode or self.decode
         sources = list(lines)
-        ids = [prefix + seq for seq in self.tokenizer.encode_src(sources)]  # cleaned like the training data
-        results = [Translation(s, seq[:max_src], [], [""], len(seq) if len(seq) > max_src else 0)
-                   for s, seq in zip(sources, ids)]
+        results = [Translation(line, seq, [], [""], cut)
+                   for line, (seq, cut) in zip(sources, self.source_ids(sources, decode))]
         for i, r in enumerate(results):
             if r.truncated_from:
-                self.warn(f"input line {first_line + i}: {r.truncated_from} tokens, truncated to {max_src}")
-        ids = [r.src_ids for r in results]
+                self.warn(f"input line {first_line + i}: {r.truncated_from} tokens, truncated to "
+                          f"{self.max_src(decode)}")
+        ids, prefix = [r.src_ids for r in results], self.prefix_ids(decode.prefix)
         todo = [i for i, seq in enumerate(ids) if len(seq) > len(prefix)]  # an empty line stays empty
         if not todo:
             return results
@@ -160,22 +181,22 @@ class Translator:
             terminology.obey(self, results, glossary, need_attention, decode)
         return results
 
-    def stream(self, lines: Iterable[str], *, need_attention: bool = False,
-               waiting: Callable[[], bool] = lambda: True, glossary: Glossary | None = None,
-               **search: Any) -> Iterator[Translation]:
+    def stream(self, lines: Iterable[str], *, decode: DecodeConfig | None = None, need_attention: bool = False,
+               waiting: Callable[[], bool] = lambda: True, glossary: Glossary | None = None) -> Iterator[Translation]:
         """Translate an iterable of lines chunk by chunk (bounded memory). A chunk is cut early when
         `waiting()` says no further line is there yet: what has arrived is answered now, never held back
-        waiting for more (an interactive user, a pipe that sends a line and waits). `search` as for
+        waiting for more (an interactive user, a pipe that sends a line and waits). `decode` as for
         translate_chunk."""
         chunk: list[str] = []
-        first, chunk_lines = 1, self.settings(**search).chunk_lines
+        decode = decode or self.decode
+        first = 1
         for line in lines:
             chunk.append(line)
-            if len(chunk) >= chunk_lines or not waiting():
-                yield from self.translate_chunk(chunk, first_line=first, need_attention=need_attention,
-                                                glossary=glossary, **search)
+            if len(chunk) >= decode.chunk_lines or not waiting():
+                yield from self.translate_chunk(chunk, decode=decode, need_attention=need_attention,
+                                                glossary=glossary, first_line=first)
                 first += len(chunk)
                 chunk = []
         if chunk:
-            yield from self.translate_chunk(chunk, first_line=first, need_attention=need_attention,
-                                                glossary=glossary, **search)
+            yield from self.translate_chunk(chunk, decode=decode, need_attention=need_attention, glossary=glossary,
+                                            first_line=first)

@@ -28,7 +28,8 @@ from nmt.workbudget import WorkBudget, bounded
 
 if TYPE_CHECKING:
     from nmt.translation.documents.inline import Paragraph, Piece
-    from nmt.translation.translator import Translator
+    from nmt.translation.glossary import Glossary
+    from nmt.translation.translator import SentenceTranslator
 
 # extension -> format name
 FORMATS = {".txt": "txt", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".srt": "srt",
@@ -92,8 +93,9 @@ def check_document(src: Path, fmt: str, max_bytes: int = MAX_BYTES) -> None:
     format_module(fmt)
 
 
-def translate_document(translator: Translator, src: Path, dst: Path, fmt: str | None = None,
-                       max_bytes: int = MAX_BYTES, budget: WorkBudget | None = None, **search: Any) -> Report:
+def translate_document(translator: SentenceTranslator, src: Path, dst: Path, fmt: str | None = None,
+                       max_bytes: int = MAX_BYTES, budget: WorkBudget | None = None,
+                       glossary: Glossary | None = None) -> Report:
     """Translate the document `src` into `dst` (atomically), keeping its format; `fmt` defaults to the extension's.
     The work is bounded by `budget` (default: the default limits, no deadline), opened here so that every count is
     this document's: a document over a limit is refused in one line (OverBudget)."""
@@ -110,7 +112,7 @@ def translate_document(translator: Translator, src: Path, dst: Path, fmt: str | 
 
     def translate(paragraphs: list[Paragraph]) -> list[list[Piece]]:
         report.sentences += sum(len(p.texts) for p in paragraphs)
-        return translate_paragraphs(translator, paragraphs, **search)
+        return translate_paragraphs(translator, paragraphs, glossary)
 
     with bounded(budget or WorkBudget(src.name)), _temp_beside(dst) as tmp:
         report.paragraphs = module.translate(src, tmp, translate)
