@@ -86,10 +86,11 @@ def test_nbest_lists_are_sorted_and_distinct(translator, demo_data):
 
 
 def test_long_input_is_truncated_with_a_warning(translator, monkeypatch):
-    assert translator.max_src(max_input_tokens=5) == 5 and translator.max_src() > 5  # settings per call only
+    short = translator.decode_with(max_input_tokens=5)
+    assert translator.max_src(short) == 5 and translator.max_src() > 5  # settings per call only
     warnings: list[str] = []
     monkeypatch.setattr(translator, "warn", warnings.append)
-    result = translator.translate_chunk(["one two three four five six seven eight nine ten"], max_input_tokens=5)[0]
+    result = translator.translate_chunk(["one two three four five six seven eight nine ten"], decode=short)[0]
     assert len(result.src_ids) == 5 and "truncated to 5" in warnings[0] and "line 1" in warnings[0]
 
 
