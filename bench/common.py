@@ -23,7 +23,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as `python bench/x.py` from anywhere without installing
 
-from nmt.config import ModelConfig, load_config  # noqa: E402
+from nmt.config.experiment import ModelConfig, load_config  # noqa: E402
 from nmt.device import keep_freed_memory  # noqa: E402
 from nmt.model import Transformer  # noqa: E402
 from nmt.tokenizer import NMT_IDS  # noqa: E402
@@ -83,7 +83,7 @@ def opus_mt_dir(path: Path, vocab: int = OPUS_MT_VOCAB, seed: int = 0) -> Path:
     import sentencepiece as spm
     from transformers import MarianConfig, MarianMTModel
 
-    from nmt.demo_corpus import write_demo
+    from nmt.demo.files import write_demo
 
     raw = write_demo(path / "raw", n_train=2000, n_valid=10, n_test=10, seed=1)
     out = io.BytesIO()

@@ -85,8 +85,8 @@ def _ct2_worker(conn, model_dir: str, device: str, index: int, compute_type: str
 
 
 class NamedVocab:
-    """What nmt.modelspec.describe reads of a tokenizer, for a random-weight model without a SentencePiece model:
-    made-up pieces with nmt's special ids."""
+    """What nmt.interop.modelspec.describe reads of a tokenizer, for a random-weight model without a SentencePiece
+    model: made-up pieces with nmt's special ids."""
 
     joint, src_lang, tgt_lang, normalize, special_ids = True, "src", "tgt", None, NMT_IDS
 
@@ -100,17 +100,18 @@ class NamedVocab:
 
 
 def ct2_export(model, cfg, vocab: int, ckpt, workdir: str, dtype: str) -> tuple[str, list[str]] | None:
-    """Our model as `nmt export --to ct2` writes it (nmt.export.ct2.convert over nmt.modelspec.describe): (model
-    dir, vocabulary), or None if ctranslate2 is not installed. `ckpt`: the imported checkpoint of a Marian config,
-    else None (a checkpoint of the random weights is made up, with NamedVocab as its tokenizer)."""
+    """Our model as `nmt export --to ct2` writes it (nmt.interop.export.ct2.convert over
+    nmt.interop.modelspec.describe): (model dir, vocabulary), or None if ctranslate2 is not installed. `ckpt`: the
+    imported checkpoint of a Marian config, else None (a checkpoint of the random weights is made up, with NamedVocab as
+    its tokenizer)."""
     try:
         import ctranslate2  # noqa: F401
     except ImportError:
         return None
     from nmt.checkpoint import Checkpoint
-    from nmt.config import Config
-    from nmt.export.ct2 import convert
-    from nmt.modelspec import describe
+    from nmt.config.experiment import Config
+    from nmt.interop.export.ct2 import convert
+    from nmt.interop.modelspec import describe
 
     if ckpt is None:
         names = ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4, vocab)]

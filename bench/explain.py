@@ -31,10 +31,10 @@ from common import ROOT, model_config, table
 sys.path.insert(0, str(ROOT))
 
 from nmt.checkpoint import Checkpoint  # noqa: E402
-from nmt.config import Config  # noqa: E402
-from nmt.demo_corpus import write_demo  # noqa: E402
-from nmt.explain import explain_sentence, load  # noqa: E402
-from nmt.explain_page import write_page  # noqa: E402
+from nmt.config.experiment import Config  # noqa: E402
+from nmt.demo.files import write_demo  # noqa: E402
+from nmt.explain.command import explain_sentence, load  # noqa: E402
+from nmt.explain.page import write_page  # noqa: E402
 from nmt.model import Transformer  # noqa: E402
 from nmt.tokenizer import Tokenizer, train_spm  # noqa: E402
 

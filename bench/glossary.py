@@ -19,14 +19,14 @@ translation becomes the term (lines where none is found keep their reference). A
 form ("kleines"), so a line whose reference has another ("kleinen") gets the term's form. The BLEU against the
 references as written is printed beside it.
 
-Methods, on the same baseline translation (nmt.terminology's two candidates, computed once per line):
+Methods, on the same baseline translation (nmt.translation.terminology's two candidates, computed once per line):
 - `none`: no glossary; `replace`: the aligned words replaced by the term; `constrained`: the constrained search's
   best (the replaced candidate where it found none); `sane-search`: the search's best sane output, else the replaced
-  candidate (the rule without the scores); `rule`: nmt.terminology's choice, what `nmt translate
+  candidate (the rule without the scores); `rule`: nmt.translation.terminology's choice, what `nmt translate
   --glossary` does (checked: the product's own output is compared with it and must be identical).
-Reported per kind and method: terms obeyed (nmt.glossary.obeyed), lines with terms whose output has as many words
-as `none`'s give or take 20%, BLEU of the lines with terms (sacreBLEU), whether lines without terms are identical to
-`none` (the product run), and the seconds per line with terms beyond the baseline (medians of --rounds)."""
+Reported per kind and method: terms obeyed (nmt.translation.glossary.obeyed), lines with terms whose output has as many
+words as `none`'s give or take 20%, BLEU of the lines with terms (sacreBLEU), whether lines without terms are identical
+to `none` (the product run), and the seconds per line with terms beyond the baseline (medians of --rounds)."""
 
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from nmt import terminology  # noqa: E402
-from nmt.glossary import Glossary, from_pairs, obeyed  # noqa: E402
-from nmt.translator import Translator  # noqa: E402
+from nmt.translation import terminology  # noqa: E402
+from nmt.translation.glossary import Glossary, from_pairs, obeyed  # noqa: E402
+from nmt.translation.translator import Translator  # noqa: E402
 
 M30 = ROOT.parent / "shared" / "data" / "multi30k"
 DEMO = ROOT / "data" / "demo-raw"

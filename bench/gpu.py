@@ -16,7 +16,7 @@ import torch
 from common import SelfTimed
 
 from nmt import precision
-from nmt.config import ModelConfig
+from nmt.config.experiment import ModelConfig
 from nmt.device import pick_device
 from nmt.errors import NmtError
 

@@ -1,7 +1,8 @@
 """Inline-tag fidelity: for sentences with one <b>…</b> span each, the share whose tag lands on exactly the target
-words that translate the tagged source words (nmt.inline, the way `nmt serve`'s format=html translates).
+words that translate the tagged source words (nmt.translation.documents.inline, the way `nmt serve`'s format=html
+translates).
 
-Sentences: demo pairs the committed demo model never saw (nmt.demo's generator with another seed, every pair of
+Sentences: demo pairs the committed demo model never saw (nmt.demo.german's generator with another seed, every pair of
 the model's training split left out), each with one word, or an adjective and its noun, tagged whose translation
 the demo's own dictionary gives (nouns, adjectives, months, units): "I see the <b>red</b> car." must come back as
 "Ich sehe das <b>rote</b> Auto.". A case is judged when the model's translation holds the expected word(s) once;
@@ -11,13 +12,14 @@ a mistranslated one counts as a failure in the overall figure and is left out of
     python bench/inline_fidelity.py --n 500 --methods search argmax
     python bench/inline_fidelity.py --corpus multi30k --checkpoint runs/multi30k-en-de/averaged.pt --methods search
 
-Methods: where the scores come from, then how the hard alignment is made (nmt.inline_align.links). Scores:
-the decoder's last layer as the search computed it (no extra pass); `layer0`, the first layer (search with
+Methods: where the scores come from, then how the hard alignment is made (nmt.translation.documents.paragraphs.links).
+Scores: the decoder's last layer as the search computed it (no extra pass); `layer0`, the first layer (search with
 --attention-layer 0); `mean`, every layer and head averaged (a teacher-forced pass over the translation); `next`,
 each target word read from the step that takes it as input instead of the step that produced it; `colnorm`, each
 source word's column divided by its sum; `punct`, a source word's punctuation pieces kept in its scores. `search`
-is what `nmt serve` and nmt.inline_align use: the last layer, punctuation pieces left out, each source word's column
-divided by its sum ** 0.85 (nmt.inline_align.balanced), grow-1:1; `grow-1:1 rows` the same without that division.
+is what `nmt serve` and nmt.translation.documents.paragraphs use: the last layer, punctuation pieces left out, each
+source word's column divided by its sum ** 0.85 (nmt.translation.documents.paragraphs.balanced), grow-1:1; `grow-1:1
+rows` the same without that division.
 """
 
 from __future__ import annotations
@@ -35,16 +37,16 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from nmt.batching import collate  # noqa: E402
-from nmt.demo import _ADJECTIVES, _MONTHS, _NOUNS, generate_pairs  # noqa: E402
-from nmt.demo_clock import generate_splits  # noqa: E402
-from nmt.inline import Paragraph, Run  # noqa: E402
-from nmt.inline_align import aligned, links  # noqa: E402
-from nmt.translator import Translator  # noqa: E402
+from nmt.data.batching import collate  # noqa: E402
+from nmt.demo.clock import generate_splits  # noqa: E402
+from nmt.demo.german import ADJECTIVES, MONTHS, NOUNS, generate_pairs  # noqa: E402
+from nmt.translation.documents.inline import Paragraph, Run  # noqa: E402
+from nmt.translation.documents.paragraphs import aligned, links  # noqa: E402
+from nmt.translation.translator import Translator  # noqa: E402
 
 CHECKPOINT = ROOT / "tests" / "data" / "demo-model.pt"
 # name: (scores: search / layer0 / mean, next step, links, punctuation kept, columns normalised: True, or None:
-# nmt.inline_align.balanced's default power)
+# nmt.translation.documents.paragraphs.balanced's default power)
 METHODS = {"argmax": ("search", False, "argmax", True, False),  # the first version
            "argmax next": ("search", True, "argmax", True, False),
            "argmax layer0": ("layer0", False, "argmax", True, False),
@@ -58,7 +60,8 @@ METHODS = {"argmax": ("search", False, "argmax", True, False),  # the first vers
            "grow-diag": ("search", False, "grow-diag", False, False),
            "grow-diag-final-and": ("search", False, "grow-diag-final-and", False, False),
            "grow-1:1 rows": ("search", False, "grow-1:1", False, False),  # grow-1:1 -punct, rows as they are
-           "search": ("search", False, "grow-1:1", False, None),  # balanced columns too: what nmt.inline_align does
+           # balanced columns too: what nmt.translation.documents.paragraphs does
+           "search": ("search", False, "grow-1:1", False, None),
            "grow-1:1 colnorm": ("search", False, "grow-1:1", False, True),
            "grow-1:1 next": ("search", True, "grow-1:1", False, False),
            "grow-1:1 layer0": ("layer0", False, "grow-1:1", False, False),
@@ -76,9 +79,9 @@ class Case:
 
 
 def dictionary() -> dict[str, str]:
-    """English word -> German word or stem, from nmt.demo's generator: nouns, adjectives, months, units."""
-    words = {en: de for en, _, de, _, _ in _NOUNS} | {en: de for _, en, _, de, _ in _NOUNS}
-    words |= dict(_ADJECTIVES) | {en.lower(): de for en, de, _ in _MONTHS} | UNITS
+    """English word -> German word or stem, from nmt.demo.german's generator: nouns, adjectives, months, units."""
+    words = {en: de for en, _, de, _, _ in NOUNS} | {en: de for _, en, _, de, _ in NOUNS}
+    words |= dict(ADJECTIVES) | {en.lower(): de for en, de, _ in MONTHS} | UNITS
     return words
 
 

@@ -6,7 +6,7 @@ Usage (from the repository root, after `make multi30k`):
         --src ../shared/data/multi30k/test2016.en --ref ../shared/data/multi30k/test2016.de
     python bench/precision.py ... --modes fp32,int8 --threads 1 --repeats 3
 
-Each mode loads the checkpoint through `nmt.translator.Translator` exactly as `nmt translate --dtype X` /
+Each mode loads the checkpoint through `nmt.translation.translator.Translator` exactly as `nmt translate --dtype X` /
 `--quantize int8` does, translates the whole --src file with the checkpoint's decode settings (beam,
 length penalty, batching), and is scored with sacreBLEU (BLEU, chrF). Reported: sentences/s and
 generated tokens/s (median over --repeats, the modes interleaved so other load hits all alike), the
@@ -26,7 +26,7 @@ from common import OtherLoad, interleaved, median, table
 
 from nmt import checkpoint
 from nmt.score import bleu_tokenizer, language_of_file, score
-from nmt.translator import ModelOptions, Translator
+from nmt.translation.translator import ModelOptions, Translator
 
 MODES = {"fp32": {"dtype": "fp32"}, "bf16": {"dtype": "bf16"}, "int8": {"dtype": "fp32", "quantize": "int8"}}
 

@@ -33,8 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from nmt.config import DataConfig  # noqa: E402
-from nmt.prepare import prepare  # noqa: E402
+from nmt.config.experiment import DataConfig  # noqa: E402
+from nmt.data.prepare import prepare  # noqa: E402
 
 
 def replicate(data: Path, out: Path, pairs: int) -> str:

@@ -50,7 +50,7 @@ from pathlib import Path
 import torch
 from common import ROOT, OtherLoad, median, table
 
-from nmt.translator import ModelOptions, Translator
+from nmt.translation.translator import ModelOptions, Translator
 
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k" / "test2016.en"
 

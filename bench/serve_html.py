@@ -24,7 +24,7 @@ from common import ROOT, table
 from serve import MULTI30K, Served
 
 sys.path.insert(0, str(ROOT))
-from nmt.documents.html import parse_html  # noqa: E402
+from nmt.translation.documents.html import parse_html  # noqa: E402
 
 
 def post(lines: list[str], link: str) -> str:

@@ -48,8 +48,8 @@ from gpu import check_dtype, device_from, device_label, mfu, resolve_peak, synce
 
 from nmt import kernels
 from nmt.loss import label_smoothed_loss, projected_label_smoothed_loss
-from nmt.optim import adam
 from nmt.precision import Precision, autocast, prepare
+from nmt.train.optim import adam
 
 
 def make_batch(max_tokens: int, vocab: int, device: torch.device, seed: int = 0) -> dict[str, torch.Tensor]:

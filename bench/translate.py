@@ -13,7 +13,7 @@ Usage (from the repository root):
 with its TransformersConverter. `opus-mt` writes such a directory first: random weights in the shape of
 Helsinki-NLP/opus-mt-en-de (d_model 512, 6+6 layers, 8 heads, d_ff 2048, swish, vocabulary 58,101).
 
-For each config a model of that shape gets random weights: ours (`nmt.search.beam_search` over
+For each config a model of that shape gets random weights: ours (`nmt.search.run`, the beam rule, over
 `nmt.model.Transformer`, eval, inference_mode), HF `MarianMTModel.generate()` (SDPA attention, KV cache),
 and - if the `ctranslate2` package imports - that Marian model converted with
 `ctranslate2.converters.TransformersConverter` (float32, `translate_batch` on token strings). All decode
@@ -27,7 +27,7 @@ three do the same `--length` + 1 decoder steps over batch x 4 rows:
   - CT2:   min_decoding_length = max_decoding_length = L + 1: CT2 stops at its maximum without an EOS
            step, so this makes its L + 1 decoder steps too (it returns L + 1 tokens; L are counted).
 
-A fourth contestant, `ct2-nmt`, is our own model exported by `nmt export --to ct2` (nmt.export.ct2.convert:
+A fourth contestant, `ct2-nmt`, is our own model exported by `nmt export --to ct2` (nmt.interop.export.ct2.convert:
 CTranslate2's model-spec API, int8 weights with --dtype int8), run by CTranslate2 exactly as the `ct2` column:
 what a user of the export gets, beside `nmt translate` on the same weights.
 
@@ -82,9 +82,12 @@ from ct2_peer import ct2_export, ct2_fn, ct2_marian, ct2_model
 from floor import gemm_floor
 from gpu import check_dtype, device_from, device_label, synced
 
-from nmt import kernels
+from nmt import (
+    kernels,
+    search,  # noqa: E402
+)
 from nmt.precision import Precision, prepare
-from nmt.search import beam_search
+from nmt.search import SearchSettings
 
 BEAM, ALPHA = 4, 0.6
 DTYPES = ("fp32", "bf16", "fp16", "int8")
@@ -126,8 +129,8 @@ def ours_fn(model, src, length, ids: Ids):
 
     def run():
         with torch.inference_mode():
-            return beam_search(wrapped, src, beam=BEAM, length_penalty=ALPHA, max_len_a=0.0, max_len_b=length,
-                               bos=ids.bos, eos=ids.eos, pad=ids.pad)
+            return search.run(wrapped, src, SearchSettings(beam=BEAM, length_penalty=ALPHA, max_len_a=0.0,
+                                                           max_len_b=length), ids)
 
     def check(result):
         return all(len(h[0].tokens) == length for h in result)
@@ -174,8 +177,8 @@ def contestants(name: str, args, workdir: str, use_ct2: bool):
     from transformers import MarianMTModel
 
     from nmt import checkpoint
-    from nmt.config import config_from_dict
-    from nmt.marian import import_model
+    from nmt.config.experiment import config_from_dict
+    from nmt.interop.marian import import_model
 
     model_dir = Path(args.marian_dir) if name == "marian-dir" else opus_mt_dir(Path(workdir) / name)
     state = checkpoint.load(import_model(str(model_dir), Path(workdir) / f"{name}.pt"))

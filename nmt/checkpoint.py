@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from nmt.config import Config, DecodeConfig, ModelConfig, apply_dict, config_from_dict, parse_overrides
+from nmt.config.experiment import Config, DecodeConfig, ModelConfig, apply_dict, config_from_dict
 from nmt.errors import CheckpointError, NmtError, first_line
 from nmt.io import atomic_write
 from nmt.model import Transformer
@@ -56,7 +56,7 @@ class Checkpoint(dict):
         return state
 
     def with_training(self, train_state: dict[str, Any]) -> Checkpoint:
-        """This checkpoint with the state an exact resume needs (nmt.trainstate.training_state)."""
+        """This checkpoint with the state an exact resume needs (nmt.train.state.training_state)."""
         return Checkpoint(self, train_state=train_state)
 
     def save(self, path: str | Path) -> None:
@@ -178,19 +178,18 @@ class Checkpoint(dict):
                                   f"{cfg.d_model}) makes a {table / 2**30:.1f} GiB positional table, over the "
                                   f"{MAX_COMPUTED_BYTES / 2**30:.0f} GiB limit")
 
-    def decode_config(self, overrides: Sequence[str] = ()) -> DecodeConfig:
-        """The search settings of the config the model was trained with, then the `decode.*` `overrides`."""
+    def decode_config(self, changes: dict[str, Any] | None = None) -> DecodeConfig:
+        """The search settings of the config the model was trained with, then `changes` (decode keys, typed)."""
         cfg = Config()
         apply_dict(cfg, {"decode": self.saved_config.get("decode") or {}}, origin=self.where)
-        decode_only = [o for o in overrides if o.strip().startswith("decode.")]
-        if decode_only:
-            apply_dict(cfg, parse_overrides(decode_only), origin="--set")
+        if changes:
+            apply_dict(cfg, {"decode": changes}, origin="the options")
         return cfg.decode
 
     # ---- training state
     @property
     def train_state(self) -> dict[str, Any] | None:
-        """Optimizer, scaler, sampler, RNG states and counters (nmt.trainstate); None for weights only."""
+        """Optimizer, scaler, sampler, RNG states and counters (nmt.train.state); None for weights only."""
         return self.get("train_state")
 
     @property

@@ -245,7 +245,7 @@ def xavier_(linear: nn.Linear, blocks: int = 1) -> None:
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder Transformer. Keyword names equal the fields of `nmt.config.ModelConfig`.
+    """Encoder-decoder Transformer. Keyword names equal the fields of `nmt.config.experiment.ModelConfig`.
 
     Embeddings: the decoder input embedding and the output projection are always the same matrix;
     with `share_all_embeddings` the encoder embedding is that matrix too, but only when the data says

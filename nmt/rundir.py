@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from nmt import checkpoint
-from nmt.config import config_from_dict
+from nmt.config.experiment import config_from_dict
 from nmt.errors import CheckpointError, NmtError
 from nmt.io import TMP_SUFFIX, atomic_write, atomic_write_text, fsync_dir
 

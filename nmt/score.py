@@ -82,21 +82,6 @@ def language_of_file(path: str | os.PathLike[str]) -> str | None:
     return canonical_or_none(suffix) if 2 <= len(suffix) <= 7 else None
 
 
-def target_language(data_dir: str | os.PathLike[str] | None, checkpoint_path: str | os.PathLike[str] | None
-                    ) -> str | None:
-    """The target language a data dir's meta.json or a checkpoint records (None for neither, or none recorded)."""
-    if data_dir is not None:
-        from nmt.datadir import DataDir
-
-        return DataDir.open(data_dir).langs[1]
-    if checkpoint_path is not None:
-        from nmt import checkpoint
-
-        langs = checkpoint.load(checkpoint_path).langs
-        return langs[1] if langs else None
-    return None
-
-
 def _metric_names(metrics: str | Sequence[str]) -> list[str]:
     if isinstance(metrics, str):
         metrics = metrics.split(",")

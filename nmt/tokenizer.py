@@ -2,7 +2,7 @@
 
 A `Tokenizer` is built from serialized model bytes, so it can live inside a checkpoint
 (`to_state`/`from_state`) and be pickled to encoding worker processes. Ids never include
-BOS/EOS: batching adds them. Where the files live in a data dir is nmt.datadir's business.
+BOS/EOS: batching adds them. Where the files live in a data dir is nmt.data.datadir's business.
 
 Ids are SentencePiece's own for the models nmt trains. Imported models (Marian / OPUS-MT) number
 their pieces in a vocabulary of their own (`vocab.json`): given `src_vocab` (and `tgt_vocab` when
@@ -22,8 +22,8 @@ from typing import Any
 
 import sentencepiece as spm
 
-from nmt.corpus import clean_text, normalize
 from nmt.errors import NmtError, first_line
+from nmt.text import clean_text, normalize
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ _CURRENT: contextvars.ContextVar[WorkBudget | None] = contextvars.ContextVar("nm
 
 def current() -> WorkBudget:
     """The budget in force here; without one (a caller that opened none), a fresh default budget each call: a
-    single charge over a limit is still refused, but nothing accumulates. nmt.documents always opens one."""
+    single charge over a limit is still refused, but nothing accumulates. nmt.translation.documents always opens one."""
     budget = _CURRENT.get()
     return budget if budget is not None else WorkBudget()
 

@@ -17,10 +17,10 @@ import pytest
 import torch
 from typer.testing import CliRunner, Result
 
-from nmt.cli import main
-from nmt.config import Config, load_config
-from nmt.demo_corpus import write_demo
-from nmt.prepare import prepare
+from nmt.cli.main import main
+from nmt.config.experiment import Config, load_config
+from nmt.data.prepare import prepare
+from nmt.demo.files import write_demo
 
 torch.set_num_threads(1)  # tiny models gain nothing from threads; avoids OpenMP oversubscription
 
@@ -73,7 +73,7 @@ def cuda_only_for_gpu_tests(request, monkeypatch):
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 
-# The exit statuses of a refusal (nmt.cli): the command's own (a user mistake: nmt.errors.NmtError or an
+# The exit statuses of a refusal (nmt.cli.main): the command's own (a user mistake: nmt.errors.NmtError or an
 # OSError, caught by user_errors) and the option parser's (a bad option value, an unknown option or command,
 # turned into an `error:` line by main). Either way stderr gets one `error:` line and no traceback.
 USER_ERROR = 1
@@ -81,7 +81,7 @@ USAGE_ERROR = 2
 
 
 def run_cli(*args: str | Path, input: bytes | str | None = None) -> Result:
-    """`nmt ARGS` in-process: nmt.cli.main, the entry point of `nmt` and `python -m nmt`, with stdin fed from
+    """`nmt ARGS` in-process: nmt.cli.main.main, the entry point of `nmt` and `python -m nmt`, with stdin fed from
     `input` and stdout and stderr captured apart (Typer's CliRunner isolation). Monkeypatched faults reach
     it; an exception that escapes main is kept in `result.exception`, as CliRunner.invoke keeps it."""
     runner = CliRunner()
@@ -184,7 +184,7 @@ def tiny_config(data_dir: Path, run_dir: Path, *overrides: str) -> Config:
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory, demo_data) -> Path:
     """A small model trained briefly on the demo corpus (shared by translate/plot tests)."""
-    from nmt.train import train
+    from nmt.train.loop import train
 
     run = tmp_path_factory.mktemp("demo-run") / "run"
     cfg = tiny_config(demo_data, run, "model.d_model=64", "model.d_ff=128", "model.n_heads=4",

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from nmt.config import load_config
-from nmt.prepare import prepare
+from nmt.config.experiment import load_config
+from nmt.data.prepare import prepare
 from nmt.rundir import RunDir
-from nmt.train import train
+from nmt.train.loop import train
 
 from .conftest import tiny_config
 
@@ -68,6 +68,6 @@ def _separate(root: Path, raw: dict[str, str]) -> Path:
 
 
 def _marian(root: Path) -> Path:
-    from nmt.marian import import_model
+    from nmt.interop.marian import import_model
 
     return import_model(str(ROOT / "data" / "marian-en-de"), root / "marian.pt", src_lang="en", tgt_lang="de")

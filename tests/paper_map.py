@@ -26,7 +26,7 @@ class Entry:
     section: str  # "§3.2.1"
     title: str
     quote: str  # the paper's words (or a close paraphrase), markdown
-    symbols: tuple[str, ...]  # dotted names: nmt.model.MultiHeadAttention, nmt.train.Trainer._build
+    symbols: tuple[str, ...]  # dotted names: nmt.model.MultiHeadAttention, nmt.train.loop.Trainer._build
     tests: tuple[str, ...]  # pytest ids: tests/test_model.py::test_name (no [param] suffix needed)
     note: str = ""  # where nmt goes beyond the paper or chooses something it leaves open
 
@@ -37,7 +37,7 @@ PAPER: tuple[Entry, ...] = (
           "the decoder inserts a third sub-layer, which performs multi-head attention over the output of the "
           "encoder stack.",
           ("nmt.model.EncoderLayer", "nmt.model.DecoderLayer", "nmt.model.Transformer.encode",
-           "nmt.model.Transformer.decode", "nmt.config.ModelConfig"),
+           "nmt.model.Transformer.decode", "nmt.config.experiment.ModelConfig"),
           ("tests/test_paper.py::test_default_model_is_the_base_model_of_two_stacks_of_6_identical_layers",
            "tests/test_config.py::test_defaults_are_the_paper_base_model",
            "tests/test_config.py::test_paper_configs_match_table3",
@@ -101,13 +101,13 @@ PAPER: tuple[Entry, ...] = (
            "tests/test_paper.py::test_embedding_is_e_times_sqrt_d_model_plus_the_positional_encoding")),
     Entry("§5.3", "Adam with β₁ = 0.9, β₂ = 0.98, ε = 10⁻⁹",
           "We used the Adam optimizer with β₁ = 0.9, β₂ = 0.98 and ε = 10⁻⁹.",
-          ("nmt.optim.adam", "nmt.train.Trainer._build", "nmt.config.TrainConfig"),
+          ("nmt.train.optim.adam", "nmt.train.loop.Trainer._build", "nmt.config.experiment.TrainConfig"),
           ("tests/test_paper.py::test_training_uses_adam_and_the_eq_3_learning_rate_of_configs_base_yaml",
            "tests/test_config.py::test_defaults_are_the_paper_base_model")),
     Entry("§5.3", "Learning-rate schedule (eq. 3)",
           "lrate = d_model^−0.5 · min(step_num^−0.5, step_num · warmup_steps^−1.5)  (3); "
           "We used warmup_steps = 4000.",
-          ("nmt.optim.learning_rate", "nmt.train.Trainer.update"),
+          ("nmt.train.optim.learning_rate", "nmt.train.loop.Trainer.update"),
           ("tests/test_paper.py::test_paper_configs_use_eq_3_with_4000_warmup_steps",
            "tests/test_paper.py::test_training_uses_adam_and_the_eq_3_learning_rate_of_configs_base_yaml",
            "tests/test_train.py::test_noam_schedule_matches_the_paper"),
@@ -130,7 +130,8 @@ PAPER: tuple[Entry, ...] = (
                "whole vocabulary (the uniform prior of Szegedy et al., the paper's [36])."),
     Entry("§6.1", "Beam search: beam size 4, length penalty α = 0.6",
           "We used beam search with a beam size of 4 and length penalty α = 0.6.",
-          ("nmt.search.beam_search", "nmt.search.length_penalty_divisor", "nmt.config.DecodeConfig"),
+          ("nmt.search.beam.Beam.step", "nmt.search.scoring.length_penalty_divisor",
+           "nmt.config.experiment.DecodeConfig"),
           ("tests/test_paper.py::test_translation_searches_with_beam_4_and_the_gnmt_length_penalty_0_6",
            "tests/test_search.py::test_beam_search_escapes_the_greedy_trap",
            "tests/test_search.py::test_length_penalty_reorders_hypotheses"),
@@ -139,14 +140,14 @@ PAPER: tuple[Entry, ...] = (
     Entry("§6.1", "Checkpoint averaging",
           "For the base models, we used a single model obtained by averaging the last 5 checkpoints [...]. "
           "For the big models, we averaged the last 20 checkpoints.",
-          ("nmt.checkpoint.average", "nmt.rundir.RunDir.average", "nmt.train.Trainer._finish"),
+          ("nmt.checkpoint.average", "nmt.rundir.RunDir.average", "nmt.train.loop.Trainer._finish"),
           ("tests/test_paper.py::test_averaging_is_the_mean_of_the_last_checkpoints",
            "tests/test_train.py::test_training_writes_checkpoints_metrics_and_average"),
           note="Checkpoints are written every `train.save_every` updates (the paper: every 10 minutes)."),
     Entry("§6.1", "Maximum output length: input length + 50",
           "We set the maximum output length during inference to input length + 50, but terminate early when "
           "possible.",
-          ("nmt.search.max_lengths", "nmt.config.DecodeConfig"),
+          ("nmt.search.scoring.max_lengths", "nmt.config.experiment.DecodeConfig"),
           ("tests/test_paper.py::test_maximum_output_length_is_input_length_plus_50",
            "tests/test_search.py::test_forced_eos_at_max_length_per_sentence",
            "tests/test_search.py::test_max_length_respected_and_capped_by_positions"),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nmt.config import Config, DecodeConfig
-from nmt.demo import number_to_de, number_to_en
-from nmt.translator import Translator
+from nmt.config.experiment import Config, DecodeConfig
+from nmt.demo.german import number_to_de, number_to_en
+from nmt.translation.translator import Translator
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nmt.batching import (
+from nmt.data.batching import (
     Batch,
     TokenBatchSampler,
-    _cut_loop,
-    _cut_windows,
     batches_from_dataset,
     collate,
+    cut_loop,
+    cut_windows,
 )
 from nmt.errors import NmtError
 from nmt.tokenizer import NMT_IDS
@@ -273,7 +273,7 @@ def test_property_budget_coverage_sharding(pairs, max_tokens, world, seed, epoch
 )
 def test_property_window_cut_equals_reference_loop(sizes, max_tokens):
     arr = np.array(sizes, dtype=np.int64)
-    assert np.array_equal(_cut_windows(arr, max_tokens), _cut_loop(arr, max_tokens))
+    assert np.array_equal(cut_windows(arr, max_tokens), cut_loop(arr, max_tokens))
 
 
 def test_builds_fast_for_a_million_examples():

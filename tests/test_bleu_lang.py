@@ -19,14 +19,14 @@ import sacrebleu
 import yaml
 
 from nmt import checkpoint, score
-from nmt.config import load_config
-from nmt.datadir import DataDir
-from nmt.demo_corpus import write_demo
+from nmt.config.experiment import load_config
+from nmt.data.datadir import DataDir
+from nmt.data.prepare import prepare
+from nmt.demo.files import write_demo
 from nmt.errors import NmtError
-from nmt.prepare import prepare
 from nmt.rundir import RunDir
-from nmt.train import train
-from nmt.translator import Translator
+from nmt.train.loop import train
+from nmt.translation.translator import Translator
 
 from .conftest import assert_one_line_error, run_cli, tiny_config
 
@@ -121,7 +121,7 @@ def test_validation_bleu_on_chinese_is_sacrebleus_zh_and_a_resumed_run_keeps_it(
     translator = Translator.load(RunDir(run).last)
     sources = (zh_data.parent / "raw" / "valid.en").read_text(encoding="utf-8").splitlines()[:40]
     refs = (zh_data.parent / "raw" / "valid.zh").read_text(encoding="utf-8").splitlines()[:40]
-    hyps = [r.text[0] for r in translator.translate_chunk(sources, beam=1)]
+    hyps = [r.text[0] for r in translator.translate_chunk(sources, decode=translator.decode_with(beam=1))]
     assert valid[-1]["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs], tokenize="zh").score, abs=1e-6)
     # resumed with another tokenizer asked for: the run keeps its own, says so, and records it again
     train(tiny_config(zh_data, run, *common, "train.max_updates=60", "train.bleu_tokenize=13a"), progress=False)

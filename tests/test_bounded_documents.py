@@ -18,10 +18,10 @@ import pytest
 from lxml import etree
 
 from nmt import workbudget
-from nmt.documents import docx as docx_format
-from nmt.documents import odt as odt_format
-from nmt.documents import office_ooxml, safezip
 from nmt.errors import NmtError
+from nmt.translation.documents import docx as docx_format
+from nmt.translation.documents import odt as odt_format
+from nmt.translation.documents import office_ooxml, safezip
 from nmt.workbudget import OverBudget, WorkBudget
 
 from .test_documents_office import reverse_upper
@@ -140,7 +140,7 @@ def test_parts_are_translated_one_at_a_time_in_chunks(tmp_path: Path, monkeypatc
 MEASURE = """
 import resource, sys
 from pathlib import Path
-from nmt.documents import docx
+from nmt.translation.documents import docx
 from tests.test_documents_office import reverse_upper
 idle = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 docx.translate(Path(sys.argv[1]), Path(sys.argv[2]), reverse_upper)
@@ -183,7 +183,7 @@ def test_a_passed_deadline_or_a_cancel_stops_the_work(tmp_path: Path) -> None:
 def test_a_text_of_a_million_tiny_paragraphs_is_refused_while_read(tmp_path: Path) -> None:
     """A 19 MiB .txt of "a\\n\\n" took 1.5 GB and 16 s to cut into blocks before any limit was looked at; now the
     paragraph limit is met while reading. Scaled: 30,000 blocks against a limit of 1,000."""
-    from nmt.documents import txt
+    from nmt.translation.documents import txt
 
     src = tmp_path / "blocks.txt"
     src.write_text("a\n\n" * 30_000, encoding="utf-8")
@@ -194,7 +194,7 @@ def test_a_text_of_a_million_tiny_paragraphs_is_refused_while_read(tmp_path: Pat
 
 
 def test_text_paragraphs_go_to_the_translator_in_chunks(tmp_path: Path) -> None:
-    from nmt.documents import txt
+    from nmt.translation.documents import txt
 
     src = tmp_path / "many.txt"
     src.write_text("".join(f"{k} red cars\n\n- item {k}\n\n" for k in range(300)), encoding="utf-8")

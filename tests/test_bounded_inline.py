@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from nmt import workbudget
-from nmt.documents import md, subtitles
-from nmt.documents.html import parse_html
-from nmt.inline import Aligned, Paragraph, Run
+from nmt.translation.documents import md, subtitles
+from nmt.translation.documents.html import parse_html
+from nmt.translation.documents.inline import Aligned, Paragraph, Run
 from nmt.workbudget import OverBudget, TimedOut, WorkBudget
 
 from .conftest import assert_one_line_error, run_cli

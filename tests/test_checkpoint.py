@@ -10,9 +10,9 @@ import torch
 
 from nmt import checkpoint
 from nmt.checkpoint import Checkpoint
-from nmt.config import Config
+from nmt.config.experiment import Config, load_config
 from nmt.errors import CheckpointError
-from nmt.translator import ModelOptions, Translator
+from nmt.translation.translator import ModelOptions, Translator
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "demo-model.pt"  # written by format version 1
 
@@ -78,8 +78,9 @@ def test_translator_load_takes_the_search_settings_from_the_config_or_the_checkp
     cfg = Config()
     cfg.decode.beam = saved.beam + 2
     assert Translator.load(GOLDEN, cfg, ModelOptions(dtype="fp32")).decode.beam == saved.beam + 2
-    own = Translator.load(GOLDEN, cfg, ModelOptions(dtype="fp32", config_given=False,
-                                                    decode_overrides=["decode.nbest=2", "train.lr=1"]))
+    cfg = load_config(None, ["decode.nbest=2", "train.lr=1"])  # as `nmt translate --set ...` loads it
+    cfg.decode.beam = saved.beam + 2  # a value the user did not set (not in cfg.given): the checkpoint's stays
+    own = Translator.load(GOLDEN, cfg, ModelOptions(dtype="fp32", config_given=False))
     assert own.decode.beam == saved.beam and own.decode.nbest == 2
     assert Translator.load(GOLDEN).decode == saved
 
@@ -88,10 +89,11 @@ def test_search_settings_change_per_call_without_changing_the_translator():
     t = Translator.load(GOLDEN, opts=ModelOptions(dtype="fp32", config_given=False))
     default = t.decode
     lines = ["three hundred forty-two", "the big red dogs"]
-    nbest = t.translate_chunk(lines, beam=4, nbest=3)
+    nbest = t.translate_chunk(lines, decode=t.decode_with(beam=4, nbest=3))
     assert all(len(r.hypotheses) == 3 for r in nbest) and t.decode is default
-    greedy = t.translate_chunk(lines, beam=1)
-    assert [r.text[0] for r in greedy] == [r.text[0] for r in t.translate_chunk(lines, beam=1, nbest=1)]
+    greedy = t.translate_chunk(lines, decode=t.decode_with(beam=1))
+    again = t.translate_chunk(lines, decode=t.decode_with(beam=1, nbest=1))
+    assert [r.text[0] for r in greedy] == [r.text[0] for r in again]
     assert all(len(r.hypotheses) == 1 for r in greedy)
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from nmt.config import load_config
-from nmt.datadir import DataDir
-from nmt.demo_zh import number_to_zh
-from nmt.prepare import prepare
+from nmt.config.experiment import load_config
+from nmt.data.datadir import DataDir
+from nmt.data.prepare import prepare
+from nmt.demo.chinese import number_to_zh
 from nmt.score import bleu_tokenizer
 
 ZH = ["我喜欢猫。", "今天天气很好！", "他买了三本书，花了十欧元。", "东京在日本。", "这是新的产品（样品）。",
@@ -88,7 +88,7 @@ def test_the_coverage_rule_counts_the_corpus_characters():
     can have a piece; 1.0 for other scripts without counting; a value given is kept."""
     from datasets import Dataset
 
-    from nmt.prepare import vocabulary_rules
+    from nmt.data.prepare import vocabulary_rules
 
     han = [chr(0x4E00 + i) for i in range(600)]
     many = Dataset.from_dict({"src": ["cat"] * 60, "tgt": ["".join(han[i::60]) for i in range(60)]})

@@ -108,7 +108,7 @@ def test_option_parser_mistakes_are_one_line(args, needles):
     assert len(proc.stderr.decode().splitlines()) == 1
 
 
-@pytest.mark.parametrize("entry", [["-m", "nmt"], ["-c", "from nmt.cli import main; main()"]])
+@pytest.mark.parametrize("entry", [["-m", "nmt"], ["-c", "from nmt.cli.main import main; main()"]])
 def test_python_dash_m_and_console_entry(entry):
     proc = nmt_process("score", "--help", entry=entry, timeout=60)
     assert proc.returncode == 0 and b"--ref" in proc.stdout

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from nmt.config import Config, config_from_dict, load_config, parse_overrides
+from nmt.config.experiment import Config, config_from_dict, load_config, parse_overrides
 from nmt.errors import ConfigError
 
 CONFIGS = Path(__file__).parents[1] / "configs"

@@ -7,16 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nmt.corpus import (
+from nmt.data.corpus import (
     RATIO_MIN_TOKENS,
     PairFilter,
-    clean_text,
     file_sha256,
-    normalize,
     read_pairs,
     resolve,
 )
 from nmt.errors import NmtError
+from nmt.text import clean_text, normalize
 
 
 def _write(path, data: bytes | str):

@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nmt.demo import (
+from nmt.demo.clock import clock_de, generate_splits
+from nmt.demo.files import write_demo
+from nmt.demo.german import (
     generate_pairs,
     number_to_de,
     number_to_en,
@@ -15,8 +17,6 @@ from nmt.demo import (
     year_de,
     year_en,
 )
-from nmt.demo_clock import clock_de, generate_splits
-from nmt.demo_corpus import write_demo
 
 NUMBERS = {
     0: ("zero", "null"),

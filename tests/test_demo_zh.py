@@ -1,4 +1,4 @@
-"""The English→Chinese demo corpus (nmt/demo_zh.py) and write_demo's Chinese hook: the number rule, dates, clock
+"""The English→Chinese demo corpus (nmt/demo/chinese.py) and write_demo's Chinese hook: the number rule, dates, clock
 times, measure words, determinism, file names, the German corpus unchanged, and a brief training run on it."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nmt import demo
-from nmt.datadir import DataDir
-from nmt.demo_corpus import DemoLanguageError, write_demo
-from nmt.demo_zh import count_zh, date_zh, generate_pairs_zh, number_to_zh, year_zh
+from nmt.data.datadir import DataDir
+from nmt.demo import german as demo
+from nmt.demo.chinese import count_zh, date_zh, generate_pairs_zh, number_to_zh, year_zh
+from nmt.demo.files import DemoLanguageError, write_demo
 from nmt.rundir import RunDir
 
 from .conftest import assert_one_line_error, run_cli, tiny_config
@@ -126,7 +126,7 @@ MEASURE_WORDS = {"cars": ("辆", "汽车"), "bicycles": ("辆", "自行车"), "d
                  "trees": ("棵", "树"), "letters": ("封", "信"), "horses": ("匹", "马"), "flowers": ("朵", "花")}
 _SMALL = {"two": "两", "three": "三", "four": "四", "five": "五", "six": "六", "seven": "七", "eight": "八",
           "nine": "九", "ten": "十", "eleven": "十一", "twelve": "十二"}
-_ADJECTIVES = "|".join(en for en, _ in demo._ADJECTIVES)
+_ADJECTIVES = "|".join(en for en, _ in demo.ADJECTIVES)
 
 
 def test_counted_nouns_take_their_measure_word(corpus):
@@ -202,7 +202,7 @@ def test_prepare_demo_refuses_traditional_chinese_in_one_line(tmp_path):
     assert not (tmp_path / "data").exists() and not (tmp_path / "data-raw").exists()
 
 
-# sha256 over (name, bytes) of every file write_demo wrote, computed with nmt/demo.py before the Chinese hook
+# sha256 over (name, bytes) of every file write_demo wrote, computed with nmt/demo/german.py before the Chinese hook
 GERMAN_SMALL = "4e5f47cf30a5637a98cefd8371ddf5df2c8ef03b751c4a8e9389e04980fdbdfc"  # 300/50/50, seed 1
 GERMAN_DEFAULT = "468d370d674f23b606c9d4624309f9dd0feccf86235d9464e5ba4ab10b4f3da4"  # 20,000/500/500, seed 1
 
@@ -225,9 +225,9 @@ def test_german_demo_unchanged(tmp_path):
 
 
 def test_prepare_and_train_on_the_chinese_demo(tmp_path):
-    from nmt.config import load_config
-    from nmt.prepare import prepare
-    from nmt.train import train
+    from nmt.config.experiment import load_config
+    from nmt.data.prepare import prepare
+    from nmt.train.loop import train
 
     raw = write_demo(tmp_path / "raw", n_train=2000, n_valid=100, n_test=100, seed=3, src_lang="en", tgt_lang="zh")
     data = tmp_path / "data"

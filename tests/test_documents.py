@@ -1,5 +1,5 @@
-"""nmt.documents: text, Markdown, HTML and subtitle documents translated with the committed demo model, the output
-parsed again with the same parser: every text translated, formatting on the aligned words, everything outside the
+"""nmt.translation.documents: text, Markdown, HTML and subtitle documents translated with the committed demo model, the
+output parsed again with the same parser: every text translated, formatting on the aligned words, everything outside the
 text (markup, code, link targets, front matter, timings) as it was; bad input refused in one line, nothing left."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from nmt import documents
-from nmt.documents import translate_document
-from nmt.documents.md import parser
+from nmt.translation import documents
+from nmt.translation.documents import translate_document
+from nmt.translation.documents.md import parser
 from tests.conftest import assert_one_line_error, run_cli
 
 CHECKPOINT = Path(__file__).resolve().parent / "data" / "demo-model.pt"
@@ -20,7 +20,7 @@ CHECKPOINT = Path(__file__).resolve().parent / "data" / "demo-model.pt"
 
 @pytest.fixture(scope="module")
 def translator():
-    from nmt.translator import Translator
+    from nmt.translation.translator import Translator
 
     return Translator.load(CHECKPOINT)
 
@@ -258,7 +258,7 @@ def test_a_missing_format_module_or_library_names_the_extra(monkeypatch, tmp_pat
 
 
 def test_an_error_while_translating_leaves_no_partial_output(translator, tmp_path, monkeypatch):
-    from nmt.documents import md
+    from nmt.translation.documents import md
 
     (tmp_path / "a.md").write_text(MD)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from nmt.documents import docx as docx_format
+from nmt.translation.documents import docx as docx_format
 from tests.conftest import run_cli
 from tests.test_documents_office import DOCX_TEXT, W, assert_only_text_changed, members, reverse_upper
 

@@ -1,6 +1,6 @@
-"""EPUB books translated keeping the format (nmt.documents.epub): books built by ebooklib (EPUB 3) or by hand (an
-EPUB 2 with an NCX, XHTML with self-closing tags), read back by ebooklib and lxml. A fake translator reverses and
-uppercases the words (alignment i -> n-1-i), so every translated text is uppercase and inline tags must move with
+"""EPUB books translated keeping the format (nmt.translation.documents.epub): books built by ebooklib (EPUB 3) or by
+hand (an EPUB 2 with an NCX, XHTML with self-closing tags), read back by ebooklib and lxml. A fake translator reverses
+and uppercases the words (alignment i -> n-1-i), so every translated text is uppercase and inline tags must move with
 their words; every member but the text-bearing ones byte-identical, in order, with its zip entry's settings."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from nmt.documents import epub as epub_format
 from nmt.errors import NmtError
-from nmt.inline import Paragraph, Piece
+from nmt.translation.documents import epub as epub_format
+from nmt.translation.documents.inline import Paragraph, Piece
 from tests.conftest import run_cli
 from tests.test_documents_office import reverse_upper
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from nmt.documents import docx as docx_format
-from nmt.documents import odt as odt_format
-from nmt.documents import pptx as pptx_format
-from nmt.documents import safezip
 from nmt.errors import NmtError
-from nmt.inline import Aligned, Paragraph, Piece
+from nmt.translation.documents import docx as docx_format
+from nmt.translation.documents import odt as odt_format
+from nmt.translation.documents import pptx as pptx_format
+from nmt.translation.documents import safezip
+from nmt.translation.documents.inline import Aligned, Paragraph, Piece
 
 docx = pytest.importorskip("docx")
 pptx = pytest.importorskip("pptx")
@@ -379,8 +379,8 @@ def test_odt_round_trip(odt_file: Path, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def demo_translate():
-    from nmt.inline_align import translate_paragraphs
-    from nmt.translator import Translator
+    from nmt.translation.documents.paragraphs import translate_paragraphs
+    from nmt.translation.translator import Translator
 
     translator = Translator.load(Path(__file__).resolve().parent / "data" / "demo-model.pt")
     return lambda paragraphs: translate_paragraphs(translator, paragraphs)

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nmt import workbudget
-from nmt.documents import format_module
 from nmt.errors import NmtError
+from nmt.translation.documents import format_module
 
 from .test_documents_office import reverse_upper
 

@@ -1,4 +1,4 @@
-"""`nmt explain`: the page's numbers are the model's (checked here by paths independent of nmt/explain_model.py: hooks
+"""`nmt explain`: the page's numbers are the model's (checked here by paths independent of nmt/explain/numbers.py: hooks
 on the model's modules and PyTorch's own attention), its final choice is `nmt translate`'s, it loads in a headless
 Chromium without errors and without fetching anything, it stays small, and bad input is one error line."""
 
@@ -16,11 +16,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt import checkpoint
-from nmt.batching import collate
-from nmt.explain import explain_sentence, load
-from nmt.explain_model import dequantized
-from nmt.search import beam_search
+from nmt import checkpoint, search
+from nmt.data.batching import collate
+from nmt.explain.command import explain_sentence, load
+from nmt.explain.numbers import dequantized
+from nmt.search import SearchSettings
 
 from .conftest import assert_one_line_error, run_cli
 from .test_serve_page import browser_or_reason
@@ -191,11 +191,11 @@ def test_the_trace_changes_nothing_and_says_what_was_kept():
     model, ids = translator.model, translator.special
     lines = ["three hundred forty-two euros", "two red cars", "on the fifth of may"]
     batch = collate(translator.tokenizer.encode_src(lines), [[]] * 3, pad=ids.pad, bos=ids.bos, eos=ids.eos)
-    common = dict(bos=ids.bos, eos=ids.eos, pad=ids.pad, beam=3, nbest=3)
+    settings = SearchSettings(beam=3, nbest=3)
     steps = []
-    traced = beam_search(model, batch.src, **common, trace=steps.append)
+    traced = search.run(model, batch.src, settings, ids, trace=steps.append)
     assert [[(h.tokens, h.score) for h in hyps] for hyps in traced] == \
-        [[(h.tokens, h.score) for h in hyps] for hyps in beam_search(model, batch.src, **common)]
+        [[(h.tokens, h.score) for h in hyps] for hyps in search.run(model, batch.src, settings, ids)]
     for step in steps:
         for row, done in enumerate(step.done):
             status = step.status[row]

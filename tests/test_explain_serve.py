@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from nmt import checkpoint
-from nmt.explain import explain_sentence, load
-from nmt.explain_model import dequantized
+from nmt.explain.command import explain_sentence, load
+from nmt.explain.numbers import dequantized
 
 from .test_explain import SENTENCE, chromium, wait_for  # noqa: F401  (chromium: a fixture)
 from .test_serve import CHECKPOINT, LIMITS, Server, serving

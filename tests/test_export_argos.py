@@ -1,6 +1,7 @@
 """`nmt export --to argos`, proven by Argos Translate's and LibreTranslate's own code.
 
-- the sentence splitter the package ships (nmt.export.sbd): MiniSBD itself running the ONNX model agrees with the
+- the sentence splitter the package ships (nmt.interop.export.sbd): MiniSBD itself running the ONNX model agrees with
+the
   rule written in Python;
 - each model kind exported as a package, installed with `argostranslate.package.install_from_path` into a
   temporary package dir and run through `argostranslate.translate` (in a subprocess: Argos reads its directories
@@ -30,8 +31,8 @@ import pytest
 import sacrebleu
 
 from nmt.errors import NmtError
-from nmt.export import export, sbd
-from nmt.translator import Translator
+from nmt.interop.export import export, sbd
+from nmt.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 LT_VENV = ROOT / ".venv-libretranslate"
@@ -97,7 +98,7 @@ def nmt_translate(checkpoint: Path, lines: list[str], beam: int) -> tuple[list[s
     """`nmt translate` with the search settings Argos uses: the translations, and the lines whose translation
     has an <unk> (which nmt drops and Argos replaces by the source token it attends to most)."""
     translator = Translator.load(checkpoint)
-    results = translator.translate_chunk(lines, beam=beam, **ARGOS_SEARCH)
+    results = translator.translate_chunk(lines, decode=translator.decode_with(beam=beam, **ARGOS_SEARCH))
     unk = translator.special.unk
     return [r.text[0] for r in results], {i for i, r in enumerate(results) if unk in r.hypotheses[0].tokens}
 
@@ -142,7 +143,7 @@ def packages(export_models, tmp_path_factory) -> dict[tuple[str, str], Path]:
 
 
 def test_minisbd_runs_the_rule(tmp_path):
-    """MiniSBD with the shipped model splits as nmt.export.sbd.split_sentences says, offline."""
+    """MiniSBD with the shipped model splits as nmt.interop.export.sbd.split_sentences says, offline."""
     from minisbd import SBDetect
 
     model = tmp_path / "en.onnx"
@@ -299,7 +300,7 @@ def test_languages_are_coded_as_argos_codes_them():
     spelling of a checkpoint's languages comes out as those (nmt.langcodes reads it)."""
     from types import SimpleNamespace
 
-    from nmt.export import argos
+    from nmt.interop.export import argos
 
     meta = argos.metadata(SimpleNamespace(langs=("zh-CN", "zh_TW"), source=Path("m.pt"), imported_from=None))
     assert (meta["from_code"], meta["to_code"], meta["to_name"]) == ("zh", "zt", "Chinese (traditional)")

@@ -4,7 +4,7 @@ probabilities are nmt's, int8 costs at most INT8_BLEU_DELTA BLEU, and the comman
 leaving nothing behind.
 
 "The same settings": the model's decode settings with nmt's `average` length penalty (logprob / L ** alpha, the
-only form CTranslate2 has) and CTranslate2 searching as `nmt.export.ct2.search_options` says.
+only form CTranslate2 has) and CTranslate2 searching as `nmt.interop.export.ct2.search_options` says.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pytest
 
 from nmt import checkpoint
 from nmt.errors import NmtError
-from nmt.export import ct2 as export_ct2
-from nmt.modelspec import ModelDescription, describe
-from nmt.translator import Translator
+from nmt.interop.export import ct2 as export_ct2
+from nmt.interop.modelspec import ModelDescription, describe
+from nmt.translation.translator import Translator
 
 from .conftest import assert_one_line_error, run_cli
 from .export_models import KINDS
@@ -100,7 +100,7 @@ def ct2_ids(ex: Exported, results: list) -> list[list[int]]:
 @pytest.mark.parametrize("kind", KINDS)
 def test_ct2_translates_as_nmt(exported, export_lines, kind, mode):
     ex, beam = exported[kind], MODES[mode]
-    ours = ex.nmt.translate_chunk(export_lines, beam=beam)
+    ours = ex.nmt.translate_chunk(export_lines, decode=ex.nmt.decode_with(beam=beam))
     want = [r.hypotheses[0].tokens for r in ours]
     got = ct2_ids(ex, ct2_translate(ex, ex.fp32, export_lines, beam))
     differ = [i for i, (a, b) in enumerate(zip(got, want)) if a != b]
@@ -122,7 +122,7 @@ def test_ct2_scores_as_nmt(exported, export_lines):
     """CTranslate2's log-probability of each of nmt's greedy translations is nmt's (every kind, 20 lines)."""
     for kind, ex in exported.items():
         lines = export_lines[:20]
-        ours = [r.hypotheses[0] for r in ex.nmt.translate_chunk(lines, beam=1)]
+        ours = [r.hypotheses[0] for r in ex.nmt.translate_chunk(lines, decode=ex.nmt.decode_with(beam=1))]
         scorer = ctranslate2.Translator(str(ex.unbanned), device="cpu", intra_threads=1)
         scored = scorer.score_batch([ex.model.tokenizer.src_pieces(line) for line in lines],
                                     [ex.model.tokenizer.tgt_pieces(h.tokens) for h in ours])
@@ -135,7 +135,7 @@ def test_int8_bleu(exported, export_lines, demo_raw):
     sacrebleu = pytest.importorskip("sacrebleu")
     refs = Path(demo_raw["test"] + ".de").read_text(encoding="utf-8").splitlines()[:100]
     for kind, ex in exported.items():
-        fp32 = [r.text[0] for r in ex.nmt.translate_chunk(export_lines, beam=4)]
+        fp32 = [r.text[0] for r in ex.nmt.translate_chunk(export_lines, decode=ex.nmt.decode_with(beam=4))]
         int8 = ex.model.tokenizer.decode_tgt(ct2_ids(ex, ct2_translate(ex, ex.int8, export_lines, 4)))
         ours, theirs = sacrebleu.corpus_bleu(fp32, [refs]).score, sacrebleu.corpus_bleu(int8, [refs]).score
         print(f"{kind}: BLEU nmt fp32 {ours:.2f}, CTranslate2 int8 {theirs:.2f}, delta {theirs - ours:+.2f}")

@@ -22,11 +22,11 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
 from nmt import checkpoint  # noqa: E402
-from nmt.config import DecodeConfig  # noqa: E402
+from nmt.config.experiment import DecodeConfig  # noqa: E402
 from nmt.errors import NmtError  # noqa: E402
-from nmt.export import export  # noqa: E402
-from nmt.marian import import_model  # noqa: E402
-from nmt.translator import Translator  # noqa: E402
+from nmt.interop.export import export  # noqa: E402
+from nmt.interop.marian import import_model  # noqa: E402
+from nmt.translation.translator import Translator  # noqa: E402
 
 from .conftest import assert_one_line_error, nmt_process, run_cli  # noqa: E402
 

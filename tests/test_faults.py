@@ -24,13 +24,13 @@ import pytest
 import torch
 import yaml
 
-import nmt.oom
-import nmt.train as train_mod
+import nmt.train.loop as train_mod
+import nmt.train.oom
 from nmt import checkpoint
+from nmt.data.prefetch import epochs
 from nmt.errors import CheckpointError, NmtError
-from nmt.prefetch import epochs
 from nmt.rundir import RunDir
-from nmt.train import Trainer, train
+from nmt.train.loop import Trainer, train
 
 from .conftest import assert_one_line_error, nmt_env, report_figures, run_cli, tiny_config
 
@@ -65,7 +65,7 @@ def torn_atomic_write(path, write):
     real(path, torn)
 
 ck.atomic_write = torn_atomic_write
-from nmt.cli import main
+from nmt.cli.main import main
 sys.argv = ["nmt", *sys.argv[1:]]
 main()
 """
@@ -528,7 +528,7 @@ class FakeOOM(RuntimeError):
 
 @pytest.fixture
 def fake_oom(monkeypatch):
-    monkeypatch.setattr(nmt.oom, "OOM_ERRORS", (*nmt.oom.OOM_ERRORS, FakeOOM))
+    monkeypatch.setattr(nmt.train.oom, "OOM_ERRORS", (*nmt.train.oom.OOM_ERRORS, FakeOOM))
 
 
 def captured_gradients(trainer: Trainer, group) -> dict[str, torch.Tensor]:

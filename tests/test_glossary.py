@@ -4,27 +4,36 @@ probabilities are known, and the Translator, CLI and documents obeying a glossar
 
 from __future__ import annotations
 
-import functools
 import math
 from pathlib import Path
 
 import pytest
 import torch
 
-from nmt import constrained, glossary, terminology
-from nmt.constrained import State, advance, allocate, constrained_search
+from nmt import search as nmt_search
 from nmt.errors import NmtError
-from nmt.glossary import Glossary, Term, from_pairs, obeyed
-from nmt.translator import Translator
+from nmt.search import SearchSettings, Terms
+from nmt.search.constrained import State, advance, allocate
+from nmt.translation import glossary, terminology
+from nmt.translation.glossary import Glossary, Term, from_pairs, obeyed
+from nmt.translation.translator import Translator
 
 from . import test_search
 from .conftest import assert_one_line_error, run_cli
-from .test_search import BOS, EOS, PAD, TableModel, V, beam_search, teacher_forced_logprob
+from .test_search import EOS, IDS, TableModel, V, beam_search, teacher_forced_logprob
 
 copy_model = test_search.copy_model  # the fixture: a tiny model trained to copy
 
 CHECKPOINT = Path(__file__).resolve().parent / "data" / "demo-model.pt"
-search = functools.partial(constrained_search, bos=BOS, eos=EOS, pad=PAD)
+
+
+def search(model, src: torch.Tensor, terms: list, continues: torch.Tensor, *, ends_word: list[bool] | None = None,
+           beam: int = 5, **settings) -> list:
+    """nmt.search.run's constrained strategy on one sentence: its n-best."""
+    return nmt_search.run(model, src, SearchSettings(beam=beam, **settings), IDS,
+                          constraints=Terms(terms, continues, ends_word))[0]
+
+
 A, B_, C, D = 4, 5, 6, 7
 NONE_CONTINUES = torch.zeros(V, dtype=torch.bool)
 
@@ -175,8 +184,8 @@ def test_lines_without_terms_or_already_obeying_them_are_translated_as_without_a
     plain = translator.translate_chunk(LINES)
     assert "Garten" in plain[0].text[0] and "Zug" in plain[3].text[0] and "Tore" not in plain[1].text[0]
     called = []
-    original = constrained.constrained_search
-    monkeypatch.setattr(terminology, "constrained_search", lambda *a, **k: called.append(a) or original(*a, **k))
+    original = terminology.constrained
+    monkeypatch.setattr(terminology, "constrained", lambda *a, **k: called.append(a) or original(*a, **k))
     kept = translator.translate_chunk(LINES[2:], glossary=TERMS)
     assert [r.text for r in kept] == [r.text for r in plain[2:]] and called == []
     forced = translator.translate_chunk(LINES, glossary=TERMS)
@@ -186,7 +195,8 @@ def test_lines_without_terms_or_already_obeying_them_are_translated_as_without_a
 
 
 def test_every_nbest_hypothesis_obeys_and_attention_comes_with_them(translator):
-    (r,) = translator.translate_chunk(LINES[1:2], glossary=TERMS, beam=4, nbest=3, need_attention=True)
+    (r,) = translator.translate_chunk(LINES[1:2], glossary=TERMS, decode=translator.decode_with(beam=4, nbest=3),
+                                      need_attention=True)
     assert len(r.text) == 3 and all("Tore" in text for text in r.text)
     assert [h.score for h in r.hypotheses] == sorted((h.score for h in r.hypotheses), reverse=True)
     assert all(h.attention.shape[0] == len(h.tokens) + 1 for h in r.hypotheses)

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from nmt.demo_corpus import write_demo
+from nmt.demo.files import write_demo
 
 from .conftest import run_cli
 
 DATA = Path(__file__).resolve().parent / "data"
 CHECKPOINT = DATA / "demo-model.pt"
 UPDATE = os.environ.get("NMT_UPDATE_GOLDEN") == "1"
-# sha256 of the regenerated test.en the golden files translate: a mismatch means nmt.demo changed, not translate
+# sha256 of the regenerated test.en the golden files translate: a mismatch means nmt.demo.german changed, not translate
 SOURCE_SHA256 = "81c19637125d3058ac3518b6d6067d0e225c0e2e17a85892e18109baf83791f5"
 # the last printed digit of a score can flip on another CPU's fp32 kernels, so scores get a tolerance
 SCORE_TOL = 2e-4
@@ -43,7 +43,7 @@ def source(tmp_path_factory) -> Path:
     path = Path(raw["test"] + ".en")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     assert digest == SOURCE_SHA256, (
-        f"the demo test set changed (sha256 {digest}): the golden outputs translate another input; if nmt.demo "
+        f"the demo test set changed (sha256 {digest}): the golden outputs translate another input; if nmt.demo.german "
         "changed on purpose, update SOURCE_SHA256 and regenerate the golden files (see the module docstring)")
     return path
 

@@ -13,7 +13,7 @@ own code is exercised; the parts that need CUDA (fp16 training and decoding, a G
 reason, and bit-exact CPU runs pass the GPU tolerances trivially:
     NMT_GPU_TESTS_DEVICE=cpu python3 -m pytest tests/test_gpu.py -m gpu -q
 
-Only nmt's public entry points are used (the CLI, nmt.train.train, nmt.loss's functions, nmt.checkpoint.load, the
+Only nmt's public entry points are used (the CLI, nmt.train.loop.train, nmt.loss's functions, nmt.checkpoint.load, the
 model's methods), never its private helpers.
 """
 
@@ -38,13 +38,13 @@ import torch.nn.functional as F
 import yaml
 
 from nmt import checkpoint, precision
-from nmt.config import ModelConfig
-from nmt.demo_corpus import write_demo
+from nmt.config.experiment import ModelConfig
+from nmt.demo.files import write_demo
 from nmt.device import pick_device
 from nmt.loss import label_smoothed_loss, projected_label_smoothed_loss
 from nmt.model import Transformer, scaled_dot_product_attention
 from nmt.precision import Precision, prepare
-from nmt.train import train
+from nmt.train.loop import train
 
 from .conftest import (
     CUDA_AVAILABLE,
@@ -367,7 +367,7 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_result(dem
 
 
 def test_an_out_of_memory_batch_is_split_and_the_run_completes(demo_data, tmp_path):
-    """A GPU memory cap a third of what one update over a big batch (the whole demo corpus) takes: nmt.train.train
+    """A GPU memory cap a third of what one update over a big batch (the whole demo corpus) takes: nmt.train.loop.train
     splits the batch that runs out of memory, retries, and finishes with the losses of an uncapped run."""
     cuda_only("a GPU memory cap (torch.cuda.set_per_process_memory_fraction) needs CUDA; test_faults fakes "
               "out-of-memory errors on the CPU")

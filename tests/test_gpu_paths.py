@@ -12,14 +12,16 @@ import pytest
 import torch
 import torch.distributed as torch_dist
 
-import nmt.train as train_mod
-from nmt import checkpoint, distributed, kernels, precision, trainstate
-from nmt.batching import collate, split_batch
+import nmt.train.loop as train_mod
+from nmt import checkpoint, kernels, precision
+from nmt.data.batching import collate, split_batch
+from nmt.data.prefetch import Prefetcher, epochs
 from nmt.device import pick_device
 from nmt.errors import CheckpointError, NmtError
 from nmt.loss import chunk_rows, projected_label_smoothed_loss
-from nmt.prefetch import Prefetcher, epochs
-from nmt.train import Trainer, train
+from nmt.train import distributed
+from nmt.train import state as trainstate
+from nmt.train.loop import Trainer, train
 
 from .conftest import tiny_config
 

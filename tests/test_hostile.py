@@ -23,7 +23,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nmt.train import train
+from nmt.train.loop import train
 
 from .conftest import USAGE_ERROR, USER_ERROR, assert_one_line_error, report_figures, run_cli, tiny_config
 
@@ -198,7 +198,7 @@ def test_translate_any_bytes_one_line_out_per_line_in(checkpoint_path, data, to_
 
 
 def test_translate_failure_midway_leaves_no_partial_output(checkpoint_path, tmp_path, monkeypatch):
-    from nmt.translator import Translator
+    from nmt.translation.translator import Translator
 
     out = tmp_path / "out.txt"
     out.write_text("the previous, complete translation\n")
@@ -326,7 +326,7 @@ def test_prepare_hostile_corpora(clean_pairs, spec, tsv, coverage):
             assert meta["splits"]["valid"]["pairs"] == n_lines(src_bytes)  # never filtered
             valid_text = (out / "valid.en").read_bytes()
             assert valid_text.count(b"\n") == n_lines(src_bytes) and b"\r" not in valid_text
-        from nmt.datadir import DataDir
+        from nmt.data.datadir import DataDir
 
         assert len(DataDir.open(out).split("train")) == meta["splits"]["train"]["pairs"]
 

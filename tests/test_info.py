@@ -11,9 +11,9 @@ import torch
 import yaml
 
 from nmt import checkpoint
-from nmt.config import config_from_dict
-from nmt.datadir import read_meta
-from nmt.info import count_parameters
+from nmt.cli.info import count_parameters
+from nmt.config.experiment import config_from_dict
+from nmt.data.datadir import read_meta
 from nmt.model import Transformer
 from nmt.rundir import RunDir
 from nmt.tokenizer import Tokenizer
@@ -27,7 +27,7 @@ MAX_UPDATES = 6
 def run(tmp_path_factory, demo_data) -> Path:
     """A few updates of a tiny model (conftest's demo_run trains 400, ~20 s): checkpoints at 2, 4, 6,
     validations at 3 and 6, averaged.pt of the last two."""
-    from nmt.train import train
+    from nmt.train.loop import train
 
     path = tmp_path_factory.mktemp("info-run") / "run"
     train(tiny_config(demo_data, path, f"train.max_updates={MAX_UPDATES}", "train.save_every=2",

@@ -1,5 +1,6 @@
-"""nmt.inline: a sentence translated once across its inline formatting, each span put on the target words aligned
-to its source words. Unit tests on hand-built alignments, then HTML, then the committed demo model end to end."""
+"""nmt.translation.documents.inline: a sentence translated once across its inline formatting, each span put on the
+target words aligned to its source words. Unit tests on hand-built alignments, then HTML, then the committed demo model
+end to end."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmt.documents.html import parse_html
-from nmt.inline import Aligned, Paragraph, Piece, Run
+from nmt.translation.documents.html import parse_html
+from nmt.translation.documents.inline import Aligned, Paragraph, Piece, Run
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = ROOT / "tests" / "data" / "demo-model.pt"
@@ -111,7 +112,7 @@ def test_punctuation_glued_to_a_word_stays_outside_a_span_that_had_none():
     assert tagged(Paragraph(runs).render(["zweiundvierzig & sieben!"])) == "zweiundvierzig & <b>sieben</b>!"
 
 
-# ---- symmetrized alignment (nmt.inline_align.links) on hand-built word scores
+# ---- symmetrized alignment (nmt.translation.documents.paragraphs.links) on hand-built word scores
 
 # "bought for euros." -> "für Euro gekauft.": the trailing "gekauft." attends most to "euros." (its "." and the
 # sentence end), "bought"'s best target word is "gekauft"
@@ -126,7 +127,7 @@ def pairs(links: np.ndarray) -> set[tuple[int, int]]:
 
 
 def test_symmetrization_keeps_the_pairs_both_directions_agree_on():
-    from nmt.inline_align import links
+    from nmt.translation.documents.paragraphs import links
 
     assert pairs(links(BOUGHT, "argmax")) == {(0, 1), (1, 2), (2, 2)}
     assert pairs(links(BOUGHT, "intersect")) == {(0, 1), (1, 2)}  # "euros" has one best word: "Euro"
@@ -140,7 +141,7 @@ def test_symmetrization_keeps_the_pairs_both_directions_agree_on():
 
 
 def test_grow_takes_a_diagonal_neighbour_whose_two_words_are_unaligned():
-    from nmt.inline_align import links
+    from nmt.translation.documents.paragraphs import links
 
     red_car = np.array([[0.6, 0.4],     # rote: argmax "red"
                         [0.55, 0.45]])  # Auto: argmax "red" too, but it is "car"'s best word
@@ -152,7 +153,7 @@ def test_grow_takes_a_diagonal_neighbour_whose_two_words_are_unaligned():
 
 
 def test_a_trailing_word_no_longer_joins_the_span_of_the_last_source_word():
-    from nmt.inline_align import links
+    from nmt.translation.documents.paragraphs import links
 
     runs = [Run("bought for "), Run("euros", ("b",)), Run(".")]
     text = "für Euro gekauft."
@@ -167,7 +168,7 @@ def test_a_trailing_word_no_longer_joins_the_span_of_the_last_source_word():
 def test_a_source_words_punctuation_pieces_are_left_out_of_its_scores():
     from types import SimpleNamespace
 
-    from nmt.inline_align import aligned
+    from nmt.translation.documents.paragraphs import aligned
 
     pieces = {"src": ["▁bought", "▁euros", "."], "tgt": ["▁Euro", "▁gekauft", "."]}
     tokenizer = SimpleNamespace(src_id_pieces=lambda ids: pieces["src"], tgt_pieces=lambda ids: pieces["tgt"],
@@ -184,7 +185,7 @@ def test_a_source_words_punctuation_pieces_are_left_out_of_its_scores():
 
 
 def test_a_source_word_attended_by_every_row_does_not_take_them_all():
-    from nmt.inline_align import balanced, links
+    from nmt.translation.documents.paragraphs import balanced, links
 
     scores = np.array([[0.7, 0.3], [0.55, 0.45]])  # both rows' best is source word 0, which both attend to
     assert pairs(links(scores, "argmax")) == {(0, 0), (1, 0)}
@@ -219,13 +220,13 @@ def test_html_broken_and_empty_inline_tags_are_kept_in_place():
 
 @pytest.fixture(scope="module")
 def translator():
-    from nmt.translator import Translator
+    from nmt.translation.translator import Translator
 
     return Translator.load(CHECKPOINT)
 
 
 def test_the_demo_model_puts_each_tag_on_the_translated_words(translator):
-    from nmt.inline_align import aligned
+    from nmt.translation.documents.paragraphs import aligned
 
     fragments = {"<p>the <b>twenty-sixth</b> of <i>December</i> eighteen forty-three</p>":
                  "<p>der <b>sechsundzwanzigste</b> <i>Dezember</i> achtzehnhundertdreiundvierzig</p>",

@@ -11,9 +11,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import nmt.kernels as K
+from nmt import search
 from nmt.kernels import MASK_LEVELS, CPULinear, FastDropout, keep_mask, swap_linears
 from nmt.model import MultiHeadAttention
-from nmt.search import beam_search
+from nmt.search import SearchSettings
+from nmt.tokenizer import SpecialIds
 from tests.test_model import BOS, EOS, PAD, SRC, TGT, make_model
 
 torch.set_num_threads(2)
@@ -59,8 +61,8 @@ def test_packed_weights_give_the_same_results_and_follow_weight_changes(monkeypa
         logits = packed(SRC, TGT)
         assert calls and all(calls)  # every product, however small, through a packed weight
         torch.testing.assert_close(logits, model(SRC, TGT), atol=1e-5, rtol=0)
-        ids = dict(bos=BOS, eos=EOS, pad=PAD, beam=3, max_len_b=6)
-        tokens = [[h[0].tokens for h in beam_search(m, SRC, **ids)] for m in (packed, model)]
+        settings, ids = SearchSettings(beam=3, max_len_b=6), SpecialIds(pad=PAD, unk=1, bos=BOS, eos=EOS)
+        tokens = [[h[0].tokens for h in search.run(m, SRC, settings, ids)] for m in (packed, model)]
         assert tokens[0] == tokens[1]
         for m in (packed, model):
             m.decoder_layers[0].ffn.w1.weight.mul_(-1.0)
@@ -196,8 +198,8 @@ def test_swap_linears_keeps_the_weights_and_the_results(monkeypatch):
     assert all(torch.equal(fast.state_dict()[k], v) for k, v in before.items())
     with torch.no_grad():
         torch.testing.assert_close(fast(SRC, TGT), model(SRC, TGT), atol=1e-5, rtol=0)
-        ids = dict(bos=BOS, eos=EOS, pad=PAD, beam=3, max_len_b=6)
-        tokens = [[h[0].tokens for h in beam_search(m, SRC, **ids)] for m in (fast, model)]
+        settings, ids = SearchSettings(beam=3, max_len_b=6), SpecialIds(pad=PAD, unk=1, bos=BOS, eos=EOS)
+        tokens = [[h[0].tokens for h in search.run(m, SRC, settings, ids)] for m in (fast, model)]
         assert tokens[0] == tokens[1]
 
 

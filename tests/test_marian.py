@@ -20,16 +20,16 @@ transformers = pytest.importorskip("transformers")
 import sentencepiece as spm  # noqa: E402
 
 from nmt import checkpoint  # noqa: E402
-from nmt.config import DecodeConfig, load_config  # noqa: E402
-from nmt.datadir import DataDir  # noqa: E402
-from nmt.demo_corpus import write_demo  # noqa: E402
+from nmt.config.experiment import DecodeConfig, load_config  # noqa: E402
+from nmt.data.datadir import DataDir  # noqa: E402
+from nmt.data.prepare import prepare  # noqa: E402
+from nmt.demo.files import write_demo  # noqa: E402
 from nmt.errors import NmtError  # noqa: E402
-from nmt.marian import import_model  # noqa: E402
-from nmt.prepare import prepare  # noqa: E402
+from nmt.interop.marian import import_model  # noqa: E402
 from nmt.rundir import RunDir  # noqa: E402
 from nmt.tokenizer import Tokenizer  # noqa: E402
-from nmt.train import train  # noqa: E402
-from nmt.translator import Translator  # noqa: E402
+from nmt.train.loop import train  # noqa: E402
+from nmt.translation.translator import Translator  # noqa: E402
 
 from .conftest import assert_one_line_error, nmt_process  # noqa: E402
 
@@ -316,7 +316,7 @@ def valid_loss(ckpt: Path, data: Path) -> float:
     """The per-token loss of a checkpoint on a data dir's valid split."""
     import contextlib
 
-    from nmt.validate import validation_loss
+    from nmt.train.validate import validation_loss
 
     state = checkpoint.load(ckpt)
     special = state.tokenizer().special_ids

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from nmt.config import Config, DecodeConfig, load_config
-from nmt.prepare import prepare
-from nmt.train import train
-from nmt.translator import Translator
+from nmt.config.experiment import Config, DecodeConfig, load_config
+from nmt.data.prepare import prepare
+from nmt.train.loop import train
+from nmt.translation.translator import Translator
 
 from .conftest import MULTI30K
 

@@ -3,7 +3,6 @@ sections no other test proves (the map: tests/paper_map.py). Tiny models, fixed 
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections import Counter
 from pathlib import Path
@@ -14,16 +13,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import nmt.model
-import nmt.translator
-from nmt import checkpoint
-from nmt.config import Config, DecodeConfig, load_config
+import nmt.translation.translator
+from nmt import checkpoint, search
+from nmt.config.experiment import Config, DecodeConfig, load_config
 from nmt.loss import label_smoothed_loss, projected_label_smoothed_loss
 from nmt.model import DecoderLayer, EncoderLayer, FeedForward, MultiHeadAttention, ResidualNorm, Transformer
-from nmt.optim import learning_rate
 from nmt.rundir import RunDir
-from nmt.search import beam_search, greedy_search, length_penalty_divisor, max_lengths
-from nmt.train import train
-from nmt.translator import Translator
+from nmt.search import SearchSettings, length_penalty_divisor, max_lengths
+from nmt.tokenizer import SpecialIds
+from nmt.train.loop import train
+from nmt.train.optim import learning_rate
+from nmt.translation.translator import Translator
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 GOLDEN = Path(__file__).resolve().parent / "data" / "demo-model.pt"
@@ -290,9 +290,13 @@ def test_translation_searches_with_beam_4_and_the_gnmt_length_penalty_0_6(monkey
     for n in (1, 6, 20):  # lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016)
         assert length_penalty_divisor(n, 0.6) == pytest.approx(((5 + n) / 6) ** 0.6)
     calls = []
-    monkeypatch.setattr(nmt.translator, "beam_search", lambda *a, **kw: calls.append(kw) or beam_search(*a, **kw))
+    def spy(model, src, settings, *args, **kwargs):
+        calls.append(settings)
+        return search.run(model, src, settings, *args, **kwargs)
+
+    monkeypatch.setattr(nmt.translation.translator, "run", spy)
     Translator.load(GOLDEN, Config()).translate_chunk(["three hundred forty-two"])
-    assert [(c["beam"], c["length_penalty"], c["length_penalty_type"]) for c in calls] == [(4, 0.6, "gnmt")]
+    assert [(c.beam, c.length_penalty, c.length_penalty_type) for c in calls] == [(4, 0.6, "gnmt")]
 
 
 def test_averaging_is_the_mean_of_the_last_checkpoints(tmp_path):
@@ -338,11 +342,9 @@ def test_maximum_output_length_is_input_length_plus_50():
     """Input length = the source's tokens (its EOS included); the output, EOS not counted, stops there."""
     for d in [DecodeConfig()] + [c.decode for c in paper_configs()]:
         assert (d.max_len_a, d.max_len_b) == (1.0, 50)
-    for search in (beam_search, greedy_search):
-        defaults = inspect.signature(search).parameters
-        assert (defaults["max_len_a"].default, defaults["max_len_b"].default) == (1.0, 50)
+    assert (SearchSettings().max_len_a, SearchSettings().max_len_b) == (1.0, 50)
     src = torch.tensor([[5, 6, 7, EOS], [5, EOS, PAD, PAD]])  # input lengths 4 and 2
     assert max_lengths(NeverEnds(), src, PAD, 1.0, 50).tolist() == [54, 52]
-    for search in (beam_search, greedy_search):
-        hyps = search(NeverEnds(), src, bos=BOS, eos=EOS, pad=PAD)
+    for beam in (4, 1):  # the beam rule, greedy search
+        hyps = search.run(NeverEnds(), src, SearchSettings(beam=beam), SpecialIds(pad=PAD, unk=1, bos=BOS, eos=EOS))
         assert [len(h[0].tokens) for h in hyps] == [54, 52]

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmt import plot
 from nmt.errors import NmtError
-from nmt.plot import (
+from nmt.plot import charts as plot
+from nmt.plot.charts import (
     CURVES_FIGSIZE,
     DPI,
     attention_figsize,

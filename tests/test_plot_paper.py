@@ -1,6 +1,6 @@
 """`nmt plot --kind positions|masks|schedule|smoothing|all`: the paper's pictures of real configs (configs/*.yaml)
 and a real checkpoint (tests/data/demo-model.pt), made through the CLI. Each test checks the PNG's pixel size and
-the numbers drawn: the spy fixture `drawn` keeps what nmt.plot_paper.compute returned and the Figure saved."""
+the numbers drawn: the spy fixture `drawn` keeps what nmt.plot.paper.compute returned and the Figure saved."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ import pytest
 import torch
 
 from nmt import checkpoint as ckpt
-from nmt import plot_paper
-from nmt.batching import collate
-from nmt.config import load_config
+from nmt.config.experiment import load_config
+from nmt.data.batching import collate
 from nmt.loss import label_smoothed_loss
 from nmt.model import sinusoidal_positions
-from nmt.optim import learning_rate
+from nmt.plot import charts
+from nmt.plot import paper as plot_paper
+from nmt.train.optim import learning_rate
 
 from .conftest import ROOT, assert_one_line_error, run_cli
 from .test_plot import CURVES_FIGSIZE, pixels, png_size, write_metrics
@@ -40,7 +41,7 @@ class Drawn:
 
 @pytest.fixture
 def drawn(monkeypatch: pytest.MonkeyPatch) -> Drawn:
-    seen, compute, save = Drawn(), plot_paper.compute, plot_paper._save
+    seen, compute, save = Drawn(), plot_paper.compute, charts.save_figure
 
     def spy_compute(kind: str, *args: Any, **kwargs: Any) -> Any:
         seen.last, seen.data[kind] = kind, compute(kind, *args, **kwargs)
@@ -51,7 +52,7 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> Drawn:
         return save(fig, out)
 
     monkeypatch.setattr(plot_paper, "compute", spy_compute)
-    monkeypatch.setattr(plot_paper, "_save", spy_save)
+    monkeypatch.setattr(charts, "save_figure", spy_save)
     return seen
 
 

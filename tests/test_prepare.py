@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmt.config import DataConfig
-from nmt.datadir import DataDir, read_meta
-from nmt.demo_corpus import write_demo
+from nmt.config.experiment import DataConfig
+from nmt.data.datadir import DataDir, read_meta
+from nmt.data.prepare import prepare
+from nmt.demo.files import write_demo
 from nmt.errors import NmtError
-from nmt.prepare import prepare
 from nmt.tokenizer import NMT_IDS
 
 PAD_ID, BOS_ID, EOS_ID = NMT_IDS.pad, NMT_IDS.bos, NMT_IDS.eos
@@ -236,7 +236,7 @@ def test_multi30k_en_de(tmp_path):
     assert _lines(tmp_path / "data" / "test.de") == [
         line.strip() for line in _lines(MULTI30K / "test2016.de")]
     # token-budget batches of the kept pairs cover each exactly once per epoch
-    from nmt.batching import TokenBatchSampler
+    from nmt.data.batching import TokenBatchSampler
 
     train = load_split(cfg.dir, "train")
     sampler = TokenBatchSampler.from_dataset(train, 4096, seed=1)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from nmt.cli import app
+from nmt.cli.main import app
 
 ROOT = Path(__file__).resolve().parent.parent
 READMES = ("README.md", "README.zh-CN.md")
@@ -161,7 +161,7 @@ def option_names(command) -> set[str]:
 
 @pytest.fixture(scope="module")
 def cli():
-    """The `nmt` command group, as `nmt.cli.main` runs it."""
+    """The `nmt` command group, as `nmt.cli.main.main` runs it."""
     group = typer.main.get_command(app)
     assert {"prepare", "train", "translate", "score"} <= set(group.commands)
     return group
@@ -360,7 +360,7 @@ def paper_map_rows() -> list[list[str]]:
 
 def test_paper_map_names_exist():
     """Every name in the code column is in the file named before it; every config key in the last column is one."""
-    from nmt.config import Config
+    from nmt.config.experiment import Config
 
     rows = paper_map_rows()
     assert len(rows) >= 12, f"the paper-to-code table has only {len(rows)} rows"

@@ -3,22 +3,32 @@ whose probabilities are known exactly."""
 
 from __future__ import annotations
 
-import functools
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-import nmt.search as search_mod
+from nmt import search
 from nmt.model import Transformer
-from nmt.search import Hypothesis, length_normalized, max_lengths
+from nmt.search import SearchSettings
+from nmt.search.scoring import Hypothesis, length_normalized, max_lengths
+from nmt.tokenizer import SpecialIds
 
 torch.set_num_threads(2)
 
 PAD, BOS, EOS = 0, 2, 3
-greedy_search = functools.partial(search_mod.greedy_search, bos=BOS, eos=EOS, pad=PAD)
-beam_search = functools.partial(search_mod.beam_search, bos=BOS, eos=EOS, pad=PAD)
+IDS = SpecialIds(pad=PAD, unk=1, bos=BOS, eos=EOS)
+
+
+def greedy_search(model, src: torch.Tensor, **settings) -> list[list[Hypothesis]]:
+    """nmt.search.run's greedy strategy."""
+    return search.run(model, src, SearchSettings(beam=1, **settings), IDS)
+
+
+def beam_search(model, src: torch.Tensor, *, trace=None, **settings) -> list[list[Hypothesis]]:
+    """nmt.search.run's beam rule, beam 1 included (a traced search is always the beam rule)."""
+    return search.run(model, src, SearchSettings(**settings), IDS, trace=trace or (lambda step: None))
 V = 14  # 4 specials + 10 symbols
 
 
@@ -163,8 +173,8 @@ def test_forced_eos_at_max_length_per_sentence():
     # EOS is never among the 4 best candidates, so only the length limit ends a hypothesis.
     never_eos = TableModel({}, default={A: 0.25, B_: 0.25, C: 0.25, D: 0.25, EOS: 1e-9})
     src = torch.tensor([[A, A, A, A, EOS], [A, EOS, PAD, PAD, PAD]])  # src_len 5 and 2
-    for search in (greedy_search, beam_search):
-        hyps = search(never_eos, src, max_len_a=1.0, max_len_b=2, need_attention=True)
+    for decode in (greedy_search, beam_search):
+        hyps = decode(never_eos, src, max_len_a=1.0, max_len_b=2, need_attention=True)
         assert [len(h[0].tokens) for h in hyps] == [7, 4]
         for h, n in zip(hyps, (5, 2), strict=True):
             assert h[0].attention.shape == (len(h[0].tokens) + 1, n)
@@ -247,12 +257,12 @@ def test_max_length_respected_and_capped_by_positions():
     src = random_inputs(8)
     src_len = src.ne(PAD).sum(1)
     m = random_model()
-    for search in (greedy_search, beam_search):
-        for h, n in zip(search(m, src, max_len_a=0.5, max_len_b=2), src_len.tolist(), strict=True):
+    for decode in (greedy_search, beam_search):
+        for h, n in zip(decode(m, src, max_len_a=0.5, max_len_b=2), src_len.tolist(), strict=True):
             assert len(h[0].tokens) <= int(0.5 * n + 2)
     short = random_model(max_positions=10)
-    for search in (greedy_search, beam_search):
-        hyps = search(short, src, max_len_a=2.0, max_len_b=50)
+    for decode in (greedy_search, beam_search):
+        hyps = decode(short, src, max_len_a=2.0, max_len_b=50)
         assert all(len(h[0].tokens) <= 9 for h in hyps)
 
 

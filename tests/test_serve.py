@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from nmt.config import Config, load_config
-from nmt.demo_corpus import write_demo
+from nmt.config.experiment import Config, load_config
+from nmt.demo.files import write_demo
 from nmt.errors import ConfigError
 
 from .conftest import assert_one_line_error, nmt_process, python_path, run_cli
@@ -471,7 +471,7 @@ def test_a_stop_signal_answers_every_request_in_flight_and_exits_0(tmp_path, lin
 
 
 def test_without_the_extra_serve_is_a_one_line_error_naming_it():
-    blocked = "import sys; sys.modules['fastapi'] = None; from nmt.cli import main; main()"
+    blocked = "import sys; sys.modules['fastapi'] = None; from nmt.cli.main import main; main()"
     assert_one_line_error(nmt_process("serve", "--checkpoint", str(CHECKPOINT), entry=("-c", blocked)),
                           "nmt[serve]", "fastapi")
 

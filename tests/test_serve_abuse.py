@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from nmt.config import Config
+from nmt.config.experiment import Config
 
 from .test_serve import CHECKPOINT, Server, serving
 

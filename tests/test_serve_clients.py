@@ -113,11 +113,12 @@ POST = ('<p>A man is riding a bike. Two dogs play in the snow.<br>Forty-two &amp
 
 
 def test_html_keeps_the_markup_and_translates_each_sentence_once_across_its_tags(url):
-    """format=html: each sentence is translated once as plain text, inline tags and all (nmt.inline): the answer's
-    words are those translations' words in order, and its markup is the post's."""
+    """format=html: each sentence is translated once as plain text, inline tags and all
+    (nmt.translation.documents.inline): the answer's words are those translations' words in order, and its markup is the
+    post's."""
     import re
 
-    from nmt.documents.html import parse_html
+    from nmt.translation.documents.html import parse_html
 
     doc = parse_html(POST)
     plain = httpx.post(f"{url}/v1/translate", json={"sentences": doc.texts}, timeout=60).json()

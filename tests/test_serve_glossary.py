@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nmt.config import load_config
+from nmt.config.experiment import load_config
 
 from .conftest import assert_one_line_error, run_cli
 from .test_serve import CHECKPOINT

@@ -1,5 +1,5 @@
-"""nmt.documents.html: `format: "html"` fragments come back byte for byte outside the translated text, with only prose
-sent for translation, and sentences split where a reader would split them."""
+"""nmt.translation.documents.html: `format: "html"` fragments come back byte for byte outside the translated text, with
+only prose sent for translation, and sentences split where a reader would split them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from nmt.documents.html import parse_html, split_sentences
+from nmt.translation.documents.html import parse_html, split_sentences
 
 MASTODON = ('<p>Hello <a href="https://x.example/@bob" class="u-url mention">@<span>bob</span></a>, look at '
             '<code>ls -la</code>!<br>Second line &amp; more.</p><p>Another paragraph. With two sentences.</p>')

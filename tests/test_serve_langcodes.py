@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nmt.checkpoint import Checkpoint, load
-from nmt.config import Config
+from nmt.config.experiment import Config
 
 from .test_serve import CHECKPOINT
 

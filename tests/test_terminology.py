@@ -1,6 +1,6 @@
-"""Glossary terms in place (nmt.terminology): the replaced candidate, the sanity rule, the bounded work per line, and
-matching that survives case folding in every script; with the committed demo model (figures on Multi30k and the
-demo corpus: bench/glossary.py)."""
+"""Glossary terms in place (nmt.translation.terminology): the replaced candidate, the sanity rule, the bounded work per
+line, and matching that survives case folding in every script; with the committed demo model (figures on Multi30k and
+the demo corpus: bench/glossary.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nmt import terminology
-from nmt.glossary import from_pairs, obeyed
-from nmt.terminology import Edit, _apply, distinct, sane
-from nmt.translator import Translator
+from nmt.translation import terminology
+from nmt.translation.glossary import from_pairs, obeyed
+from nmt.translation.terminology import Edit, apply_edits, distinct, sane
+from nmt.translation.translator import Translator
 from nmt.workbudget import WorkBudget, bounded
 
 from .conftest import run_cli
@@ -54,16 +54,17 @@ def test_a_turkish_capital_is_no_crash_through_the_cli(tmp_path):
 
 
 def test_an_edit_replaces_its_block_keeping_punctuation_and_a_sentence_start():
-    text, removed = _apply(["Das", "kleine", "Boot", "ist", "im", "Garten."], [Edit(1, 1, "winzig"), Edit(5, 5, "Hof")])
+    words = ["Das", "kleine", "Boot", "ist", "im", "Garten."]
+    text, removed = apply_edits(words, [Edit(1, 1, "winzig"), Edit(5, 5, "Hof")])
     assert text == "Das winzig Boot ist im Hof." and removed == ["Garten", "kleine"]
-    text, removed = _apply(["„Kleine", "Boote"], [Edit(0, 0, "winzige")])
+    text, removed = apply_edits(["„Kleine", "Boote"], [Edit(0, 0, "winzige")])
     assert text == "„Winzige Boote" and removed == ["Kleine"]
 
 
 def test_two_terms_on_one_block_and_a_term_aligned_to_nothing_are_inserted_not_appended():
-    text, _ = _apply(["Ein", "Hund", "läuft."], [Edit(1, 1, "Köter"), Edit(1, 1, "Rüde")])
+    text, _ = apply_edits(["Ein", "Hund", "läuft."], [Edit(1, 1, "Köter"), Edit(1, 1, "Rüde")])
     assert text == "Ein Köter Rüde läuft."
-    text, removed = _apply(["Ein", "Hund", "läuft."], [Edit(3, 2, "Bello")])  # an insertion at the end
+    text, removed = apply_edits(["Ein", "Hund", "läuft."], [Edit(3, 2, "Bello")])  # an insertion at the end
     assert text == "Ein Hund läuft Bello." and removed == []
 
 
@@ -95,10 +96,10 @@ def test_a_term_the_model_would_not_write_replaces_its_word(translator):
 
 def test_a_term_repeated_500_times_is_one_constraint_and_a_bounded_search(translator, monkeypatch):
     calls = []
-    original = terminology.constrained_search
-    monkeypatch.setattr(terminology, "constrained_search",
-                        lambda model, src, constraints, *a, **k: calls.append(constraints) or original(
-                            model, src, constraints, *a, **k))
+    original = terminology.constrained
+    monkeypatch.setattr(terminology, "constrained",
+                        lambda translator, src, terms, *a, **k: calls.append(terms) or original(
+                            translator, src, terms, *a, **k))
     line = " ".join(["dog"] * 500)
     glossary = from_pairs([("dog", "zzqx")])
     assert len(distinct(glossary.find(line))) == 1
@@ -110,14 +111,14 @@ def test_a_term_repeated_500_times_is_one_constraint_and_a_bounded_search(transl
 
 def test_over_max_constraints_distinct_terms_get_the_replaced_candidate_without_search(translator, monkeypatch):
     monkeypatch.setattr(terminology, "MAX_CONSTRAINTS", 1)
-    monkeypatch.setattr(terminology, "constrained_search", lambda *a, **k: pytest.fail("searched"))
+    monkeypatch.setattr(terminology, "constrained", lambda *a, **k: pytest.fail("searched"))
     glossary = from_pairs([("small", "winzig"), ("boat", "Schiff")])
     (r,) = translator.translate_chunk(["The small boat is in the garden."], glossary=glossary)
     assert "winzig" in r.text[0] and "Schiff" in r.text[0]
 
 
 def test_past_the_work_budgets_deadline_lines_are_not_searched(translator, monkeypatch):
-    monkeypatch.setattr(terminology, "constrained_search", lambda *a, **k: pytest.fail("searched"))
+    monkeypatch.setattr(terminology, "constrained", lambda *a, **k: pytest.fail("searched"))
     glossary = from_pairs([("small", "winzig")])
     with bounded(WorkBudget.within("a batch", seconds=-1)):
         (r,) = translator.translate_chunk(["I see the small man."], glossary=glossary)
@@ -125,16 +126,17 @@ def test_past_the_work_budgets_deadline_lines_are_not_searched(translator, monke
 
 
 def test_the_constrained_search_stops_at_its_deadline(translator):
-    from nmt.constrained import constrained_search
+    import torch
+
+    from nmt import search
+    from nmt.search import SearchSettings, Terms
 
     ids = translator.special
     src = translator.tokenizer.encode_src(["The small boat is in the garden."])[0] + [ids.eos]
-    import torch
-
     started = time.monotonic()
-    hyps = constrained_search(translator.model, torch.tensor([src]), [[translator.tokenizer.encode_tgt(["zzqx"])[0]]],
-                              translator.continues_word, bos=ids.bos, eos=ids.eos, pad=ids.pad, beam=4,
-                              deadline=time.monotonic() - 1)
+    terms = Terms([[translator.tokenizer.encode_tgt(["zzqx"])[0]]], translator.continues_word)
+    (hyps,) = search.run(translator.model, torch.tensor([src]), SearchSettings(beam=4, deadline=time.monotonic() - 1),
+                         ids, constraints=terms)
     assert time.monotonic() - started < 2 and hyps == []  # stopped after its first step, nothing finished
 
 
@@ -159,7 +161,7 @@ def test_random_glossaries_and_lines_raise_nothing_but_one_line_errors(translato
         assert "\n" not in str(e)
         return
     line = " ".join(words)
-    (r,) = translator.translate_chunk([line], glossary=glossary, beam=2)
+    (r,) = translator.translate_chunk([line], glossary=glossary, decode=translator.decode_with(beam=2))
     assert r.text == [""] if not r.hypotheses else len(r.text) == len(r.hypotheses) >= 1
     for m in glossary.find(line):
         assert line[m.start:m.end] == m.surface

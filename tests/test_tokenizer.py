@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from nmt.config import DataConfig, check_data
-from nmt.datadir import DataDir, spm_files, write_tokenizer
-from nmt.demo import generate_pairs
+from nmt.config.experiment import DataConfig, check_data
+from nmt.data.datadir import DataDir, spm_files, write_tokenizer
+from nmt.demo.german import generate_pairs
 from nmt.errors import NmtError
 from nmt.tokenizer import NMT_IDS, Tokenizer, train_spm
 

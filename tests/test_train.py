@@ -10,14 +10,14 @@ import torch
 import torch.multiprocessing as mp
 
 import nmt.log
-import nmt.train as train_mod
+import nmt.train.loop as train_mod
 from nmt import checkpoint
-from nmt.config import Config, load_config
+from nmt.config.experiment import Config, load_config
 from nmt.errors import NmtError
 from nmt.loss import label_smoothed_loss
-from nmt.optim import adam, learning_rate
 from nmt.rundir import RunDir, RunLock
-from nmt.train import train
+from nmt.train.loop import train
+from nmt.train.optim import adam, learning_rate
 
 from .conftest import tiny_config
 
@@ -233,7 +233,7 @@ def test_missing_data_dir_is_a_clear_error(tmp_path):
 
 
 def test_vocabulary_mismatch_on_resume(demo_data, demo_raw, tmp_path):
-    from nmt.prepare import prepare
+    from nmt.data.prepare import prepare
 
     run = tmp_path / "run"
     train(tiny_config(demo_data, run, "train.max_updates=2"), progress=False)
@@ -272,7 +272,7 @@ def _ddp_worker(rank: int, world: int, port: int, cfg_dict: dict) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    from nmt.config import config_from_dict
+    from nmt.config.experiment import config_from_dict
 
     train(config_from_dict(cfg_dict), progress=False)
 
@@ -317,7 +317,7 @@ def test_best_checkpoint_falls_back_to_loss_with_lower_is_better(demo_data, tmp_
 
 
 def test_separate_vocabularies_of_equal_size_are_not_tied(demo_raw, tmp_path):
-    from nmt.prepare import prepare
+    from nmt.data.prepare import prepare
 
     cfg = load_config(None, [f"data.dir={tmp_path / 'data'}", "data.vocab_size=300", "data.joint_vocab=false"]).data
     cfg.train, cfg.valid = demo_raw["train"], demo_raw["valid"]
@@ -330,8 +330,8 @@ def test_separate_vocabularies_of_equal_size_are_not_tied(demo_raw, tmp_path):
 
 
 def test_resume_on_a_data_dir_prepared_again_is_refused_unless_asked(demo_data, tmp_path):
-    from nmt.demo_corpus import write_demo
-    from nmt.prepare import prepare
+    from nmt.data.prepare import prepare
+    from nmt.demo.files import write_demo
 
     run, data = tmp_path / "run", tmp_path / "data"
     cfg = load_config(None, [f"data.dir={data}", "data.vocab_size=400"]).data
@@ -351,8 +351,8 @@ def test_resume_on_a_data_dir_prepared_again_is_refused_unless_asked(demo_data, 
 def test_resume_with_another_number_of_processes(demo_data, tmp_path):
     """A checkpoint of a 2-process run resumed by 3 processes (here: rank 2 of 3) restores the weights and
     counters and seeds a new RNG stream instead of failing on the missing rank."""
-    from nmt import trainstate
-    from nmt.train import Trainer
+    from nmt.train import state as trainstate
+    from nmt.train.loop import Trainer
 
     run = tmp_path / "run"
     train(tiny_config(demo_data, run, "train.max_updates=2"), progress=False)
@@ -384,7 +384,7 @@ def test_keep_last_below_average_last_keeps_enough_and_says_so(demo_data, tmp_pa
 def test_continue_an_nmt_model_on_new_data(demo_run, demo_raw, tmp_path):
     """--tokenizer-from / --init-from with nmt's own checkpoint: new data encoded with the model's SentencePiece
     model, training starts from its weights (its loss, not a fresh model's) with a fresh schedule."""
-    from nmt.prepare import prepare
+    from nmt.data.prepare import prepare
 
     ckpt = demo_run / "averaged.pt"
     cfg = load_config(None, [f"data.dir={tmp_path / 'data'}", f"data.tokenizer_from={ckpt}"]).data

@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nmt import checkpoint
-from nmt.config import Config, DecodeConfig, load_config
+from nmt.config.experiment import Config, DecodeConfig, load_config
 from nmt.errors import CheckpointError, NmtError
 from nmt.kernels import CPULinear
 from nmt.score import corpus_bleu
-from nmt.translate import TranslateOptions, translate_file
-from nmt.translator import ModelOptions, Translator
+from nmt.translation.command import TranslateOptions, translate_file
+from nmt.translation.translator import ModelOptions, Translator
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,8 @@ def texts(t: Translator, lines: list[str]) -> list[str]:
 def test_the_demo_model_translates_and_beam_is_not_worse_than_greedy(translator, demo_data):
     src = (demo_data / "test.en").read_text(encoding="utf-8").splitlines()
     ref = (demo_data / "test.de").read_text(encoding="utf-8").splitlines()
-    beam_out, greedy_out = list(translator.stream(src)), list(translator.stream(src, beam=1))
+    beam_out = list(translator.stream(src))
+    greedy_out = list(translator.stream(src, decode=translator.decode_with(beam=1)))
     beam = corpus_bleu([r.text[0] for r in beam_out], [ref])
     greedy = corpus_bleu([r.text[0] for r in greedy_out], [ref])
     assert greedy > 15, "the fixture model should have learned something"
@@ -59,7 +60,7 @@ def test_one_output_line_per_input_line_in_order(translator):
 @given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
                 .map(lambda s: s.replace("\n", " ")), max_size=12))
 def test_line_count_invariant_property(translator, lines):
-    assert len(list(translator.stream(lines, beam=2, max_len_b=5))) == len(lines)
+    assert len(list(translator.stream(lines, decode=translator.decode_with(beam=2, max_len_b=5)))) == len(lines)
 
 
 def test_batched_equals_one_by_one(translator, demo_data):
@@ -78,17 +79,18 @@ def test_streaming_is_lazy(translator):
 
 def test_nbest_lists_are_sorted_and_distinct(translator, demo_data):
     src = (demo_data / "test.en").read_text(encoding="utf-8").splitlines()[:10]
-    for result in translator.stream(src, beam=4, nbest=4):
+    for result in translator.stream(src, decode=translator.decode_with(beam=4, nbest=4)):
         scores = [h.score for h in result.hypotheses]
         assert len(result.hypotheses) == 4 and scores == sorted(scores, reverse=True)
         assert len({tuple(h.tokens) for h in result.hypotheses}) == 4
 
 
 def test_long_input_is_truncated_with_a_warning(translator, monkeypatch):
-    assert translator.max_src(max_input_tokens=5) == 5 and translator.max_src() > 5  # settings per call only
+    short = translator.decode_with(max_input_tokens=5)
+    assert translator.max_src(short) == 5 and translator.max_src() > 5  # settings per call only
     warnings: list[str] = []
     monkeypatch.setattr(translator, "warn", warnings.append)
-    result = translator.translate_chunk(["one two three four five six seven eight nine ten"], max_input_tokens=5)[0]
+    result = translator.translate_chunk(["one two three four five six seven eight nine ten"], decode=short)[0]
     assert len(result.src_ids) == 5 and "truncated to 5" in warnings[0] and "line 1" in warnings[0]
 
 
@@ -185,8 +187,7 @@ def test_without_a_config_the_checkpoints_decode_settings_apply(demo_run, tmp_pa
     src.write_text("forty-two\n")
 
     def lines(*overrides: str, config_given: bool = False) -> int:
-        opts = TranslateOptions(checkpoint=ckpt, decode_overrides=list(overrides))
-        opts.config_given = config_given
+        opts = TranslateOptions(checkpoint=ckpt, config_given=config_given)
         translate_file(load_config(None, list(overrides)), opts, src, out)
         return len(out.read_text(encoding="utf-8").splitlines())
 
@@ -213,7 +214,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 def test_attention_pngs_and_alignments(demo_run, tmp_path):
-    from nmt.plot import DPI, attention_figsize
+    from nmt.plot.charts import DPI, attention_figsize
 
     pics = tmp_path / "attn"
     out, _ = run_translate(demo_run, tmp_path, b"forty-two\n\nthe red car\n", attention_dir=pics,
@@ -256,8 +257,8 @@ def test_int8_quantizes_the_output_projection_too(demo_run):
     """--quantize int8 gives the tied output projection an int8 copy (as HF's lm_head and CTranslate2's output
     layer are quantized), with a scale per output channel as every quantized Linear; translations stay those
     of the fp32 model on the demo test set but a few."""
-    from nmt.config import DecodeConfig
-    from nmt.translator import Translator
+    from nmt.config.experiment import DecodeConfig
+    from nmt.translation.translator import Translator
 
     state = checkpoint.load(demo_run / "averaged.pt")
     int8 = Translator(state, DecodeConfig(beam=1), dtype="fp32", quantize="int8")

@@ -7,7 +7,7 @@
 
 The modules, from the model up:
 - fairqueue, batcher: the fair, bounded queue; one model thread takes what waits as batches (serve only;
-  nmt.batching is training's);
+  nmt.data.batching is training's);
 - worker: the model thread (`Service`) and what it loads (`open_model` -> a `Model` record); models: the
   Services of one server and the routing of language pairs;
 - html: the sentences of an HTML fragment and the markup put back; detect: language identification;

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 from typing import Any
 
+from nmt.config.serve import ServeConfig
 from nmt.serve import files, libre_settings, libretranslate
 from nmt.serve.explain_api import add_explain
 from nmt.serve.guards import add_guards
@@ -17,7 +18,6 @@ from nmt.serve.native import Api, NativeRequest
 from nmt.serve.page import add_page
 from nmt.serve.web import FastAPI
 from nmt.serve.worker import Service
-from nmt.serve_config import ServeConfig
 
 
 def create_app(services: Service | list[Service], limits: ServeConfig, api_key: str | None = None) -> FastAPI:

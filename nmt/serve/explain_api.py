@@ -1,5 +1,5 @@
-"""POST /v1/explain: one sentence walked through the model, the data `nmt explain` draws (nmt/explain.py), for the
-web page's "inside the model" view, which draws it with the same renderer (nmt/explain_static/explain.js).
+"""POST /v1/explain: one sentence walked through the model, the data `nmt explain` draws (nmt/explain/command.py), for
+the web page's "inside the model" view, which draws it with the same renderer (nmt/explain/static/explain.js).
 
 It goes where every translation request goes: the key, the body limits, serve.max_chars, the rate limits, then the
 batcher's queue (bounded by serve.max_queue_seconds, answered within serve.request_timeout): the model thread

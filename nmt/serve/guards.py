@@ -9,9 +9,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from nmt.config.serve import ServeConfig
 from nmt.serve.http_errors import ApiError, error_response, shown
 from nmt.serve.web import FastAPI
-from nmt.serve_config import ServeConfig
 
 Receive = Callable[[], Any]
 FORM_OVERHEAD = 64 * 1024  # a multipart upload's bytes besides its file's (POST /translate_file)

@@ -9,12 +9,12 @@ import asyncio
 import contextlib
 import functools
 
-from nmt.documents import FORMATS, REFUSED, format_module
 from nmt.errors import NmtError
 from nmt.serve.http_errors import ApiError
 from nmt.serve.models import language_name
 from nmt.serve.native import Api
 from nmt.serve.web import FastAPI, JSONResponse
+from nmt.translation.documents import FORMATS, REFUSED, format_module
 
 FRONTEND_TIMEOUT_MS = 500  # how long a front-end waits after typing before it translates (LibreTranslate's)
 
@@ -22,7 +22,7 @@ FRONTEND_TIMEOUT_MS = 500  # how long a front-end waits after typing before it t
 @functools.cache
 def supported_extensions() -> list[str]:
     """The document extensions served (nmt.serve.files), as LibreTranslate lists them ([".txt", ".docx", ...]): those
-    of the formats whose module and library import here (PDF is refused: nmt.documents.REFUSED)."""
+    of the formats whose module and library import here (PDF is refused: nmt.translation.documents.REFUSED)."""
     def available(fmt: str) -> bool:
         with contextlib.suppress(NmtError):
             return format_module(fmt) is not None

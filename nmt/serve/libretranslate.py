@@ -11,15 +11,15 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from nmt.documents.html import parse_html
 from nmt.errors import NmtError, first_line
-from nmt.inline_align import aligned
 from nmt.serve.bodies import form_or_json
 from nmt.serve.detect import Candidates, Detector
 from nmt.serve.http_errors import ApiError, shown, validation_message
 from nmt.serve.native import Api
 from nmt.serve.web import BaseModel, FastAPI, Field, JSONResponse, Request, ValidationError
 from nmt.serve.worker import Service
+from nmt.translation.documents.html import parse_html
+from nmt.translation.documents.paragraphs import aligned
 from nmt.workbudget import OverBudget, WorkBudget, bounded
 
 T = TypeVar("T")
@@ -118,8 +118,8 @@ async def translate(api: Api, request: Request) -> JSONResponse:
 async def _translate_html(api: Api, request: Request, service: Service, req: LibreRequest, texts: list[str]
                           ) -> dict[str, Any]:
     """format=html: the sentences of each fragment, across its inline tags, are translated with their attention and
-    the inline tags put on the aligned words (nmt.documents.html), the markup comes back as sent; `alternatives` are
-    empty, as LibreTranslate gives them for HTML."""
+    the inline tags put on the aligned words (nmt.translation.documents.html), the markup comes back as sent;
+    `alternatives` are empty, as LibreTranslate gives them for HTML."""
     budget = WorkBudget.within("the request", api.limits.request_timeout)
     docs = await _bounded(budget, lambda: [parse_html(text) for text in texts])
     flat = [sentence for doc in docs for sentence in doc.texts]

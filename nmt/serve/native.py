@@ -12,7 +12,7 @@ import logging
 from concurrent.futures import Future
 from typing import Any
 
-from nmt import glossary
+from nmt.config.serve import ServeConfig
 from nmt.errors import first_line
 from nmt.serve.batcher import Closed, Full
 from nmt.serve.bodies import json_object
@@ -22,8 +22,8 @@ from nmt.serve.ratelimit import RateLimits
 from nmt.serve.requested import requested_search
 from nmt.serve.web import BaseModel, ConfigDict, Field, HTTPException, JSONResponse, Request, ValidationError
 from nmt.serve.worker import Search, Service
-from nmt.serve_config import ServeConfig
-from nmt.translator import Translation
+from nmt.translation import glossary
+from nmt.translation.translator import Translation
 
 log = logging.getLogger("uvicorn.error")
 
@@ -218,7 +218,7 @@ class Api:
         service = self.models.route(req.source, req.target)
         search = self.search(service, req.beam, req.nbest, req.glossary)._replace(attention=req.attention)
         results = await self.translate(request, service, req.sentences, search)
-        answers = [_native_answer(r, search.nbest, req.scores) for r in results]
+        answers = [_native_answer(r, search.decode.nbest, req.scores) for r in results]
         if req.attention:
             tokenizer = service.model.translator.tokenizer  # type: ignore[union-attr]
             for answer, r in zip(answers, results):

@@ -1,7 +1,7 @@
 """The web page of `nmt serve` at `/`: a text box, source (with "detect") and target languages from
 GET /languages, translate-as-you-type over POST /translate, alternatives, copy, the cross-attention heatmap of
 a translated line from POST /v1/translate, and that line inside the model from POST /v1/explain, drawn by the
-renderer of `nmt explain` (nmt/explain_static, served as static/explain.js and static/explain.css). Plain HTML,
+renderer of `nmt explain` (nmt/explain/static, served as static/explain.js and static/explain.css). Plain HTML,
 CSS and JavaScript in the package (nmt/serve/static): no build step, nothing fetched from elsewhere at run time;
 the page's Content-Security-Policy allows only this server."""
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nmt.explain_page import RENDERER, STYLE
+from nmt.explain.page import RENDERER, STYLE
 from nmt.serve.web import FastAPI
 
 STATIC = Path(__file__).resolve().parent / "static"

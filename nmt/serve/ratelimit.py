@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 
+from nmt.config.serve import ServeConfig
 from nmt.serve.http_errors import ApiError
-from nmt.serve_config import ServeConfig
 
 
 class RateLimits:

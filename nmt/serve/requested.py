@@ -1,15 +1,17 @@
 """What a request asks of the search, checked against the server's limits: beam and n-best within serve.max_beam,
-and its glossary (nmt.glossary) on top of the server's, within serve.max_terms."""
+and its glossary (nmt.translation.glossary) on top of the server's, within serve.max_terms."""
 
 from __future__ import annotations
 
-from nmt import glossary
-from nmt.config import DecodeConfig
+from dataclasses import replace
+
+from nmt.config.experiment import DecodeConfig
+from nmt.config.serve import ServeConfig
 from nmt.errors import NmtError
-from nmt.glossary import Glossary
 from nmt.serve.http_errors import ApiError, shown
 from nmt.serve.worker import Search
-from nmt.serve_config import ServeConfig
+from nmt.translation import glossary
+from nmt.translation.glossary import Glossary
 
 
 def requested_search(decode: DecodeConfig, limits: ServeConfig, server_terms: Glossary | None, beam: int | None,
@@ -23,7 +25,7 @@ def requested_search(decode: DecodeConfig, limits: ServeConfig, server_terms: Gl
     nbest = min(decode.nbest, beam) if nbest is None else nbest
     if nbest > beam:
         raise ApiError(422, f"nbest must be between 1 and the beam size ({beam}), got {nbest}")
-    return Search(beam, nbest, glossary=requested_glossary(limits, server_terms, terms))
+    return Search(replace(decode, beam=beam, nbest=nbest), glossary=requested_glossary(limits, server_terms, terms))
 
 
 def requested_glossary(limits: ServeConfig, server_terms: Glossary | None,

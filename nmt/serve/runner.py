@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from nmt.config import Config
+from nmt.config.experiment import Config
 from nmt.device import keep_freed_memory
 from nmt.errors import NmtError, first_line
 from nmt.log import console

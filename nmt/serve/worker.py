@@ -13,13 +13,13 @@ from typing import Any, NamedTuple
 
 import torch
 
-from nmt import terminology
-from nmt.config import Config, ServeConfig
+from nmt.config.experiment import Config, DecodeConfig, ServeConfig
 from nmt.errors import NmtError, first_line
-from nmt.glossary import Glossary
 from nmt.log import console
 from nmt.serve.batcher import Batcher
-from nmt.translator import ModelOptions, Translation, Translator
+from nmt.translation import terminology
+from nmt.translation.glossary import Glossary
+from nmt.translation.translator import ModelOptions, Translation, Translator
 from nmt.workbudget import WorkBudget, bounded
 
 
@@ -33,10 +33,9 @@ class ServeOptions(ModelOptions):
 class Search(NamedTuple):
     """What a batch shares: sentences that ask for other search settings go into other batches."""
 
-    beam: int
-    nbest: int
+    decode: DecodeConfig  # the model's settings with the request's beam and n-best
     attention: bool = False  # the cross-attention of each best hypothesis (the web page's heatmap)
-    explain: tuple[int, int] | None = None  # (top_k, query): nmt.explain's data instead of a Translation
+    explain: tuple[int, int] | None = None  # (top_k, query): nmt.explain.command's data instead of a Translation
     glossary: Glossary | None = None  # terms the translations must hold (the server's and the request's)
 
 
@@ -150,13 +149,13 @@ class Service:
     def _translate(self, search: Search, lines: list[str]) -> list[Translation] | list[dict[str, Any]]:
         assert self.model is not None
         if search.explain is not None:  # POST /v1/explain (nmt.serve.explain)
-            from nmt.explain import explain_sentence
+            from nmt.explain.command import explain_sentence
 
             top_k, query = search.explain
-            return [explain_sentence(self.model.translator, line, top_k=top_k, query=query, beam=search.beam)
+            return [explain_sentence(self.model.translator, line, top_k=top_k, query=query, decode=search.decode)
                     for line in lines]
-        # glossary lines' constrained searches stop at this deadline (nmt.terminology): a batch stays short
+        # glossary lines' constrained searches stop at this deadline (nmt.translation.terminology): a batch stays short
         budget = WorkBudget.within("a batch", seconds=self.limits.max_batch_seconds + terminology.SEARCH_SECONDS)
         with bounded(budget):
-            return self.model.translator.translate_chunk(lines, beam=search.beam, nbest=search.nbest,
-                                                         need_attention=search.attention, glossary=search.glossary)
+            return self.model.translator.translate_chunk(lines, decode=search.decode, need_attention=search.attention,
+                                                         glossary=search.glossary)

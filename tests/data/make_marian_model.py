@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from nmt.demo_corpus import write_demo
+from nmt.demo.files import write_demo
 from tests.test_marian import _train, marian_config, save, spm_pieces, train_spm
 
 OUT = Path(__file__).resolve().parent / "marian-en-de"

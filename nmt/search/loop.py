@@ -1,0 +1,55 @@
+"""The one search loop: greedy, beam and lexically constrained search are strategies of it (fairseq's
+`Search.step` and CTranslate2's `SearchStrategy` split the rule from the loop the same way). One prelude (length
+limits, encode, cache), one step (the model's next-token log-probabilities, the impossible tokens masked, the
+strategy's choice, the cache reordered to follow it), one ending (the strategy says when it is done).
+
+The model is used only through `encode(src)`, `init_cache(memory, src_pad_mask, max_len)` and
+`decode_step(tokens, cache, need_attention) -> (logits, attention | None)` (see nmt/model.py), plus its optional
+`max_positions` attribute. `src` [B, S] already ends in EOS and is right-padded with PAD; the caller puts the model in
+eval(). Rows of finished sentences leave the cache (`cache.reorder`), so the batch shrinks as sentences finish."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from nmt.search.beam import Beam, BeamStep
+from nmt.search.constrained import Constrained, Terms
+from nmt.search.greedy import Greedy
+from nmt.search.scoring import Hypothesis, max_lengths, step_attention, step_log_probs
+from nmt.search.settings import SearchSettings
+
+
+@torch.no_grad()
+def run(model, src: Tensor, settings: SearchSettings, special: Any, *, constraints: Terms | None = None,
+        trace: Callable[[BeamStep], None] | None = None) -> list[list[Hypothesis]]:
+    """Per sentence of src [B, S], its `settings.nbest` best hypotheses, best first. `special`: the tokenizer's
+    ids (.bos, .eos, .pad). The strategy: `constraints` (one sentence) -> constrained beam search; beam 1 without
+    `trace` -> greedy; else the beam rule (a traced search is always the beam rule: its steps are what `trace`
+    receives)."""
+    if src.size(0) == 0:
+        return []
+    limit = max_lengths(model, src, special.pad, settings.max_len_a, settings.max_len_b)
+    T = int(limit.max())
+    memory, src_pad_mask = model.encode(src)
+    cache = model.init_cache(memory, src_pad_mask, T + 1)
+    if constraints is not None:
+        strategy: Any = Constrained(src, limit, settings, special.eos, constraints)
+    elif settings.beam == 1 and trace is None:
+        strategy = Greedy(src, limit, settings, special.eos, special.pad)
+    else:
+        strategy = Beam(src, limit, settings, special.eos, special.pad, trace)
+    tokens = src.new_full((src.size(0),), special.bos)
+    for t in range(T + 1):
+        logits, attention = model.decode_step(tokens, cache, settings.need_attention)
+        logprobs = step_log_probs(logits, strategy.at_limit(t), special.bos, special.eos, special.pad)
+        move = strategy.step(t, logprobs, step_attention(attention, settings.attention_layer))
+        if move is None:
+            break
+        if move.keep is not None:
+            cache.reorder(move.keep, parents=move.parents)
+        tokens = move.tokens
+    return strategy.results()

@@ -1,0 +1,90 @@
+"""What every search strategy shares (nmt.search.loop runs them): a hypothesis, how it is scored (the length
+penalty), how long an output may grow, the step's log-probabilities with the impossible tokens masked, and the one
+stop rule.
+
+Maximum output length per sentence = floor(max_len_a * src_len + max_len_b) tokens, EOS not counted, where src_len
+counts the non-pad source tokens (its EOS included); capped at `max_positions - 1` so every decoder position exists.
+At that length EOS is forced."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch.nn.functional as F
+from torch import Tensor
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # output ids, without BOS and EOS
+    score: float  # logprob / length penalty: what hypotheses are ranked by
+    logprob: float  # sum of the token log-probabilities, EOS included
+    # Only when asked: float32 [len(tokens) + 1, src_len] on CPU, the cross-attention of decoder layer
+    # `attention_layer` (default: the last) averaged over heads; row i is the step that produced output
+    # token i (the last one EOS), columns are the non-pad source tokens. Each row sums to 1.
+    attention: Tensor | None = None
+
+
+class Move(NamedTuple):
+    """What a strategy's step decided: the next input token of each row, and how the cache follows (`keep`: the
+    sentences still searching, `parents` [kept, rows per sentence]: the row of that sentence each new row continues;
+    `keep` None: every row goes on as it is)."""
+
+    tokens: Tensor
+    keep: Tensor | None = None
+    parents: Tensor | None = None
+
+
+def length_penalty_divisor(length: int, alpha: float, kind: str = "gnmt") -> float:
+    """What a hypothesis's log-probability is divided by; `length` counts its tokens, EOS included.
+    gnmt (Wu et al. 2016): ((5 + length) / 6) ** alpha. average: length ** alpha, the form of Hugging Face
+    `generate` and Marian (alpha = 1: the mean token log-probability)."""
+    if kind == "average":
+        return float(length) ** alpha
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def length_normalized(logprob: float, length: int, alpha: float, kind: str = "gnmt") -> float:
+    """A hypothesis's score: logprob / length_penalty_divisor(length, alpha, kind)."""
+    return logprob / length_penalty_divisor(length, alpha, kind)
+
+
+def cannot_improve(worst: Tensor | float, best_active: Tensor | float, length: int, alpha: float, kind: str
+                   ) -> Tensor | bool:
+    """The stop rule of beam and constrained search: a sentence is done once it holds `beam` finished hypotheses
+    (the worst of them scored `worst`; -inf before) and its best active one, cumulative log-probability
+    `best_active` scored at its current `length`, cannot beat that worst. (fairseq stops at `beam` finished alone,
+    which with a confident model lets junk beams that end early crowd out the real translation.)"""
+    best = best_active / length_penalty_divisor(length, alpha, kind)
+    if isinstance(worst, Tensor):
+        return worst.isfinite() & worst.ge(best)
+    return worst > float("-inf") and worst >= best
+
+
+def max_lengths(model, src: Tensor, pad: int, max_len_a: float, max_len_b: int) -> Tensor:
+    """Per-sentence output length limit [B] (EOS not counted)."""
+    src_len = src.ne(pad).sum(dim=1)
+    limit = (max_len_a * src_len.double() + max_len_b).floor().long()
+    max_positions = getattr(model, "max_positions", None)
+    return limit.clamp(0, max_positions - 1 if max_positions else None)
+
+
+def step_log_probs(logits: Tensor, at_limit: Tensor, bos: int, eos: int, pad: int) -> Tensor:
+    """float32 log-probabilities [N, V] (normalised over the whole vocabulary) with PAD and BOS made
+    impossible and, in rows at their length limit (at_limit [N]), everything but EOS, which keeps its
+    real log-probability. One log_softmax kernel: on CPU faster than subtracting a logsumexp from the
+    logits."""
+    logprobs = F.log_softmax(logits.float(), dim=-1)
+    logprobs[:, pad] = float("-inf")
+    logprobs[:, bos] = float("-inf")
+    if bool(at_limit.any()):
+        eos_logprobs = logprobs[:, eos].clone()
+        logprobs[at_limit] = float("-inf")
+        logprobs[:, eos] = eos_logprobs
+    return logprobs
+
+
+def step_attention(attention: Tensor | None, layer: int) -> Tensor | None:
+    """[L, N, H, S] from decode_step -> one layer averaged over heads [N, S]."""
+    return None if attention is None else attention[layer].float().mean(dim=1)

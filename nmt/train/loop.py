@@ -1,0 +1,329 @@
+"""Training: the update loop. Label-smoothed cross-entropy, Adam with warmup, AMP, accumulation, DDP.
+
+One update = `update_freq` token-budget batches per process. The loss of an update is the sum over
+its target tokens divided by the update's total target tokens across all processes, so
+`torchrun --nproc_per_node W` computes the same gradient as one process with `update_freq * W`.
+The run dir (nmt.rundir), the data dir (nmt.data.datadir), the resume state (nmt.train.state), the time
+budget (nmt.train.budget), out-of-memory retries (nmt.train.oom), the batches read ahead (nmt.data.prefetch) and
+validation (nmt.train.validate) live in their own modules; this one builds the run and loops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict
+from typing import Any
+
+import torch
+
+from nmt import checkpoint
+from nmt.checkpoint import Checkpoint
+from nmt.config.experiment import Config, inherit_model
+from nmt.data.batching import Batch, TokenBatchSampler
+from nmt.data.datadir import DataDir
+from nmt.data.prefetch import Fetched, Prefetcher, epochs
+from nmt.device import keep_freed_memory, pick_device
+from nmt.errors import NmtError
+from nmt.log import Reporter, console
+from nmt.loss import projected_label_smoothed_loss
+from nmt.model import Transformer
+from nmt.precision import autocast, choose, not_finite_reason, prepare
+from nmt.rundir import RunDir
+from nmt.tokenizer import Tokenizer
+from nmt.train import distributed
+from nmt.train import state as trainstate
+from nmt.train.budget import TimeBudget
+from nmt.train.oom import SplitOnOOM
+from nmt.train.optim import adam, learning_rate
+from nmt.train.state import Counters, SkippedUpdate
+from nmt.train.validate import bleu_sample, choose_bleu_tokenize, greedy_bleu, keep_bleu_tokenize, validation_loss
+
+
+def fine_tuning_start(cfg: Config, data: DataDir, tokenizer: Tokenizer) -> dict[str, Any]:
+    """The weights a fine-tuning run (train.init_from) starts from. Its model config replaces the run's
+    (nmt.config.experiment.inherit_model), and the data must be encoded with its tokenizer."""
+    path = cfg.train.init_from
+    ckpt = checkpoint.load(path)
+    if ckpt.tokenizer().fingerprint() != tokenizer.fingerprint():
+        raise NmtError(f"{data} is not encoded with the tokenizer of {path}: prepare the data with "
+                       f"`nmt prepare --tokenizer-from {path}`")
+    cfg.model = inherit_model(ckpt.model_config, cfg, path)
+    return ckpt.weights
+
+
+class Trainer:
+    """One training run: built once (model, optimizer, data, run dir, resume), then `run()` loops."""
+
+    def __init__(self, cfg: Config, *, force: bool = False, progress: bool | None = None):
+        t = cfg.train
+        if t.threads > 0:
+            torch.set_num_threads(t.threads)
+        self.cfg = cfg
+        self.device = pick_device(t.device, "train.device", distributed.local_rank(), distributed.world_size())
+        self.dist = distributed.init(self.device)
+        self.run_dir = RunDir(t.run_dir)
+        self.report = Reporter(self.run_dir, enabled=self.dist.main, progress=progress, tensorboard=t.tensorboard)
+        self.data = DataDir.open(cfg.data.dir)
+        self.tokenizer = self.data.tokenizer()
+        self.init = fine_tuning_start(cfg, self.data, self.tokenizer) if t.init_from else None
+        self.special = self.tokenizer.special_ids
+        self.train_data = self.data.split("train")
+        self.valid_data = self.data.split("valid") if self.data.has_split("valid") else None
+        self.lock = self.run_dir.lock() if self.dist.main else None
+        if t.checkpoints_kept > t.keep_last:
+            self.report.warn(f"train.keep_last={t.keep_last} but train.average_last={t.average_last}: keeping the "
+                             f"last {t.checkpoints_kept} checkpoints, which averaging reads")
+        try:
+            if self.dist.main:
+                self.run_dir.check_experiment(cfg.to_dict(), force)
+            self.dist.barrier()
+            self._build()
+            choose_bleu_tokenize(cfg.train, self.data.langs[1], self.report.info)
+            self.resumed = self._resume(force)
+            self.oom = SplitOnOOM(self.counters, self.special.pad, lambda: self.optimizer.zero_grad(set_to_none=True),
+                                  self.report.warn, self.dist.rank, self.dist.world)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self) -> None:
+        cfg, t = self.cfg, self.cfg.train
+        trainstate.seed_everything(t.seed)
+        self.model = Transformer.from_config(cfg.model, *self.data.vocab_sizes, pad_id=self.special.pad,
+                                             joint_vocab=self.tokenizer.joint)
+        self.precision = choose(t.amp, self.device, cfg.model.d_model, training=True, option="train.amp")
+        self.model = prepare(self.model, self.device, self.precision, training=True)
+        self.ddp = self.dist.wrap(self.model)
+        self.forward = self.ddp or self.model
+        if t.compile:  # the model as a graph: fused kernels, fewer launches (shapes vary: it recompiles a few times)
+            self.forward = torch.compile(self.forward)
+        self.optimizer = adam(list(self.model.parameters()), lr=learning_rate(1, cfg), betas=tuple(t.betas),
+                              eps=t.eps, weight_decay=t.weight_decay)
+        # fairseq's initial fp16 loss scale: 2**16 (torch's) overflows for the first ~10 updates, each skipped
+        self.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**7, enabled=self.precision.grad_scaler)
+        self.report.info(f"training on {self.device} in {self.precision.describe(training=True)} (train.amp={t.amp})")
+        train_lens = self.data.split_lengths("train")
+        self.data.check_positions(cfg.model.max_positions)
+        self.sampler = TokenBatchSampler(train_lens["src_len"], train_lens["tgt_len"], t.max_tokens, shuffle=True,
+                                         seed=t.seed, num_replicas=self.dist.world, rank=self.dist.rank)
+        self.sampler.set_epoch(1)
+        self.sampler_state = self.sampler.state_dict()  # after the last batch trained on (the reader runs ahead)
+        self.bleu_sources, self.bleu_references = bleu_sample(self.data, self.valid_data, t.valid_bleu_sentences)
+
+    def _resume(self, force: bool) -> bool:
+        """Continue from the newest intact checkpoint (True), or start: config.yaml, fresh metrics (False)."""
+        state = trainstate.resume_point(self.run_dir, force, self.dist.main, self.report.warn)
+        if state is None:
+            self.counters = Counters()
+            if self.init is not None:
+                self.model.load_state_dict(self.init)
+                self.init = None  # not held in memory for the whole run
+                self.report.info(f"starting from the weights of {self.cfg.train.init_from} (fresh optimizer and "
+                                 "schedule)")
+            if self.dist.main:
+                self.run_dir.write_config(self.cfg.to_dict())
+                self.report.truncate_metrics(0)  # records of a run killed before its first checkpoint
+            return False
+        self.init = None  # the run's own checkpoints win
+        if self.cfg.train.init_from:
+            self.report.info(f"resuming the run dir's checkpoints (train.init_from={self.cfg.train.init_from} "
+                             "only starts a run)")
+        trainstate.check_resumable(state, self.data, self.cfg.to_dict())
+        keep_bleu_tokenize(self.cfg.train, state.saved_config, self.report.warn)
+        self.counters = trainstate.restore(state, self.model, self.optimizer, self.scaler, self.sampler,
+                                           self.dist.rank, self.dist.world, self.cfg.train.seed, self.device)
+        self.sampler_state = self.sampler.state_dict()
+        if (saved := state.processes) != self.dist.world:
+            self.report.warn(f"resuming a {saved}-process run with {self.dist.world}: "
+                             "the batch order continues, dropout starts new random streams")
+        self.report.truncate_metrics(self.counters.step)
+        self.report.info(f"resumed from {state.where} at update {self.counters.step}, "
+                         f"epoch {self.counters.epoch}")
+        return True
+
+    def close(self) -> None:
+        if getattr(self, "lock", None) is not None:
+            self.lock.release()
+            self.lock = None
+        self.report.close()
+
+    # ---- the loop
+    def run(self) -> dict[str, Any]:
+        """Train until a stopping rule; batches are read ahead on a thread (nmt.data.prefetch)."""
+        source = epochs(self.train_data, self.sampler, self.special, self.cfg.train.max_epochs)
+        with Prefetcher(source, pin=self.device.type == "cuda") as fetched:
+            return self._loop(self.consume(fetched))
+
+    def consume(self, fetched: Iterable[Fetched]) -> Iterator[Batch]:
+        """The batches, each one moving the epoch and the sampler position a checkpoint records."""
+        for item in fetched:
+            self.counters.epoch, self.sampler_state = item.epoch, item.sampler_state
+            yield item.batch
+
+    def _loop(self, batches: Iterator[Batch]) -> dict[str, Any]:
+        t, c = self.cfg.train, self.counters
+        checkpoint_bytes = 3 * sum(p.numel() * p.element_size() for p in self.model.parameters())  # + Adam moments
+        budget = TimeBudget(t.max_minutes, c.elapsed, checkpoint_bytes, t.average_last, agree=self.dist.any)
+        saved_step = c.step if self.resumed else -1
+        self.report.start(total=t.max_updates, done=c.step)
+        reason = "max_updates"
+        while c.step < t.max_updates:
+            if budget.exhausted(validate_next=(c.step + 1) % t.valid_every == 0):
+                reason = "max_minutes"
+                break
+            group = list(itertools.islice(batches, t.update_freq))
+            if not group:
+                reason = "max_epochs"
+                break
+            tick = time.monotonic()
+            try:
+                stats = self.update(group)  # lr -> forward/backward per piece -> clip -> step
+            except SkippedUpdate as skipped:
+                self._skipped(str(skipped))
+                continue
+            c.stepped()
+            budget.update_seconds = time.monotonic() - tick
+            c.elapsed = budget.elapsed()
+            self.report.update(c.step, c.epoch, stats, budget.update_seconds, t.log_every)
+            stop = False
+            if c.step % t.valid_every == 0:
+                tick = time.monotonic()
+                stop = self.dist.from_main(self.dist.main and self.valid_data is not None and self.validate())
+                budget.valid_seconds = time.monotonic() - tick
+            if c.step % t.save_every == 0:
+                budget.save_seconds, saved_step = self.save(), c.step
+            if stop:
+                reason = "patience"
+                break
+        c.elapsed = budget.elapsed()
+        self._finish(saved_step)
+        c.elapsed = budget.elapsed()  # final save + averaging included
+        self.report.finish(c.step, reason)
+        return {**asdict(c), "stopped": reason}
+
+    def _skipped(self, reason: str) -> None:
+        c = self.counters
+        c.skipped()
+        self.report.warn(f"{reason} at update {c.step + 1}: update skipped ({c.bad_updates} in a row)")
+        if c.bad_updates >= self.cfg.train.max_bad_updates:
+            what = "non-finite" if reason.startswith("non-finite") else "skipped"
+            raise NmtError(f"{c.bad_updates} {what} updates in a row; stopping "
+                           f"(last good checkpoint kept in {self.run_dir})")
+
+    # ---- one update
+    def update(self, group: list[Batch]) -> dict[str, float]:
+        """Forward/backward over a group of batches and one optimizer step; SkippedUpdate when not taken.
+
+        The host waits for the device once per update, for the numbers that decide whether the step is
+        taken (a finite loss and gradient norm; GradScaler's step waits for the same) and are logged; the
+        losses stay on the device until then. (Plus, under DDP, the token count's all-reduce, on an idle
+        device: the previous update was waited for.)"""
+        t = self.cfg.train
+        (total,) = self.dist.sum([float(sum(b.n_tgt_tokens for b in group))])
+        lr = learning_rate(self.counters.step + 1, self.cfg)
+        for param_group in self.optimizer.param_groups:
+            param_group["lr"] = lr
+        self.model.train()
+        sums = self.oom.accumulate(group, lambda batch, last: self._backward(batch, last, total))  # [loss, nll]
+        self.scaler.unscale_(self.optimizer)
+        gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm if t.clip_norm > 0 else math.inf)
+        loss_sum, nll_sum, norm = torch.cat([self.dist.sum_(sums.double()), gnorm.double().reshape(1)]).tolist()
+        if not (math.isfinite(norm) and math.isfinite(loss_sum)):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise SkippedUpdate(not_finite_reason(self.scaler))
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"loss": loss_sum / total, "nll": nll_sum / total, "lr": lr, "gnorm": norm, "tokens": total}
+
+    def _backward(self, batch: Batch, last: bool, total: float) -> torch.Tensor:
+        """Add one piece's gradient (its loss normalised by the update's `total` target tokens); returns its
+        loss and NLL sums [2], on the device."""
+        batch = batch.to(self.device)
+        # DDP all-reduces the gradients once, in the backward of the update's last piece
+        with contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync():
+            with autocast(self.device, self.precision):
+                hidden = self.forward(batch.src, batch.tgt_in, project=False)
+                loss, nll = projected_label_smoothed_loss(hidden, self.model.output_weight, batch.tgt_out,
+                                                          self.cfg.train.label_smoothing, self.special.pad,
+                                                          self.model.output_bias, positions=batch.tgt_positions)
+            self.scaler.scale(loss * (self.dist.world / total)).backward()
+        return torch.stack([loss.detach(), nll.detach()])
+
+    # ---- validation and checkpoints
+    def validate(self) -> bool:
+        """Validate (rank 0), log, keep best.pt; True when patience is exhausted."""
+        t, c = self.cfg.train, self.counters
+        self.model.eval()
+        amp = lambda: autocast(self.device, self.precision)  # noqa: E731
+        result = validation_loss(self.model, self.valid_data, t.max_tokens, t.label_smoothing, self.special,
+                                 self.device, amp)
+        if t.valid_bleu_sentences > 0:
+            d = self.cfg.decode
+            result["bleu"] = greedy_bleu(self.model, self.bleu_sources, self.bleu_references, self.tokenizer,
+                                         d.max_tokens, d.max_len_a, d.max_len_b, self.device, amp, t.bleu_tokenize)
+        if c.validated(result[t.best_by], higher_is_better=t.best_by == "bleu"):
+            self.run_dir.save_best(self.snapshot(with_training=False))
+        self.report.valid(c.step, result)
+        return t.patience > 0 and c.bad_validations >= t.patience
+
+    def snapshot(self, with_training: bool = True) -> Checkpoint:
+        """The checkpoint dict; with the training state it is collective under DDP (every rank's RNG)."""
+        state = Checkpoint.create(self.model.state_dict(), self.cfg, self.tokenizer, self.data.vocab_sizes,
+                                  langs=self.data.langs, data_fingerprint=self.data.fingerprint)
+        if with_training:
+            rng = self.dist.gather(trainstate.rng_state(self.device))  # dropout differs per rank: each its own
+            state = state.with_training(trainstate.training_state(self.counters, self.optimizer, self.scaler,
+                                                                  self.sampler_state, rng))
+        return state
+
+    def save(self) -> float:
+        """A step checkpoint (every rank must call it); returns the seconds rank 0 spent writing."""
+        state = self.snapshot()
+        if not self.dist.main:
+            return 0.0
+        started = time.monotonic()
+        self.run_dir.save_checkpoint(state, self.counters.step, self.cfg.train.checkpoints_kept)
+        return time.monotonic() - started
+
+    def _finish(self, saved_step: int) -> None:
+        """The last checkpoint (unless this step was just saved), best.pt if validation never wrote one, and
+        averaged.pt."""
+        if saved_step != self.counters.step:  # a local flag: every DDP rank must agree without I/O
+            self.save()
+        self.dist.barrier()  # the collective work is done: the other ranks leave while rank 0 writes
+        if not self.dist.main:
+            return
+        if self.valid_data is not None and not self.run_dir.best.exists():
+            self.run_dir.save_best(self.snapshot(with_training=False))
+        k = self.cfg.train.average_last
+        n = min(k, len(self.run_dir.step_checkpoints()))
+        if k > 1 and n >= 2:
+            self.report.info(f"averaged {n} checkpoints into {self.run_dir.average(k)}")
+
+
+def train(cfg: Config, *, force: bool = False, progress: bool | None = None) -> dict[str, Any]:
+    """Train (or resume) the run in cfg.train.run_dir; returns a summary."""
+    trainer = Trainer(cfg, force=force, progress=progress)
+    try:
+        return trainer.run()
+    finally:
+        trainer.close()
+        distributed.shutdown()
+
+
+def run(cfg: Config, *, force: bool = False, progress: bool | None = None) -> dict[str, Any]:
+    """The `nmt train` command: train, then one summary line."""
+    keep_freed_memory()
+    summary = train(cfg, force=force, progress=progress)
+    best = f", best {cfg.train.best_by} {summary['best']:.2f}" if summary["best"] is not None else ""
+    skipped = [f"{summary[key]} {what}" for key, what in (
+        ("skipped_updates", "updates skipped"), ("oom_splits", "out-of-memory batch splits"),
+        ("oom_skipped", "sentences skipped for memory")) if summary.get(key)]
+    console.print(f"done: {summary['step']} updates in {summary['elapsed'] / 60:.1f} min{best}"
+                  f"{''.join(', ' + x for x in skipped)}; checkpoints in {cfg.train.run_dir}")
+    return summary

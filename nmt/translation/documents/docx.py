@@ -1,0 +1,26 @@
+"""Word .docx: every paragraph translated by sentence across its runs (nmt.translation.documents.inline,
+nmt.translation.documents.office_ooxml).
+
+Parts: the body (tables, nested tables and text boxes included: every w:p), headers, footers, footnotes, endnotes
+and comments (translated: they are text a reader sees; their anchors in the body stay where they are). Each part is
+edited as XML, so footnotes and comments, which python-docx has no API for, are reached; every other part, and every
+byte of a text part outside the rebuilt paragraphs, is kept. Fields (complex: begin..end; simple: w:fldSimple), tracked
+changes (w:ins, w:del), content controls and math are atoms: kept as they are, never translated."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from nmt.translation.documents.inline import Paragraph, Piece
+from nmt.translation.documents.office_ooxml import Dialect, translate_package
+
+W = Dialect("http://schemas.openxmlformats.org/wordprocessingml/2006/main", link="hyperlink", fields=True,
+            preserve_space=True)
+PARTS = re.compile(r"word/(document|header\d*|footer\d*|footnotes|endnotes|comments)\.xml")
+
+
+def translate(src: Path, dst: Path, translate_paragraphs: Callable[[list[Paragraph]], list[list[Piece]]]) -> int:
+    """`src` translated into `dst`; the number of paragraphs translated."""
+    return translate_package(src, dst, "docx", "word/document.xml", PARTS, W, translate_paragraphs)

@@ -1,0 +1,244 @@
+"""Markdown documents: the prose of paragraphs, headings and table cells translated across their inline formatting,
+every other byte kept.
+
+The parser is markdown-it-py (CommonMark, with tables and strikethrough), maintained and already installed with rich;
+its block tokens carry their source lines (`token.map`), its inline tokens the block's text with container prefixes
+("> ", list indentation) removed. Each inline text is found back in its source lines, and its child tokens located
+one after the other in it, so every token has its source bytes: emphasis, strong, strikethrough and links become
+nmt.translation.documents.inline containers (their markup moves with their words; a link's target and title are its
+closing markup, never translated), and inline code, images, inline HTML, autolinks and hard breaks atoms (kept as
+written, among their words). Code blocks, HTML blocks and YAML/TOML front matter have no inline text: untouched. A block
+whose text cannot be found back in its source (tabs expanded by the parser) is kept as written. A soft line break inside
+a translated sentence becomes a space: the paragraph renders the same.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+from nmt.translation.documents.inline import Paragraph, Piece, Run
+from nmt.translation.documents.inline import Path as RunPath
+from nmt.translation.documents.txt import TranslateParagraphs, has_letter, read_text, write_text
+
+_CONTAINERS = {"em_open": "em_close", "strong_open": "strong_close", "s_open": "s_close", "link_open": "link_close"}
+_SOFTBREAK = re.compile(r"[ \t]*\n[ \t]*")
+_HARDBREAK = re.compile(r"(?: {2,}|\\)\n[ \t]*")
+_AUTOLINK = re.compile(r"<[^<>\s]*>")
+_FRONT_MATTER = re.compile(r"(?:---|\+\+\+)\n(?:.*\n)*?(?:---|\.\.\.|\+\+\+)[ \t]*(?:\n|$)")
+_SPECIAL = re.compile(r"([\\`*_\[\]<>|])")
+
+
+def parser() -> MarkdownIt:
+    # text_join off: escapes and entities stay tokens of their own, whose markup is their source
+    return MarkdownIt("commonmark").enable(["table", "strikethrough"]).disable("text_join")
+
+
+@dataclass
+class _Inline:
+    """One block's inline text: [start, end) in the document, its runs, each run's source, containers' markup."""
+
+    start: int
+    end: int
+    runs: list[Run] = field(default_factory=list)
+    raws: list[str] = field(default_factory=list)
+    opens: dict[int, str] = field(default_factory=dict)
+    closes: dict[int, str] = field(default_factory=dict)
+
+    def write(self, pieces: list[Piece]) -> str:
+        out: list[str] = []
+        path: RunPath = ()
+        for piece in [*pieces, Piece("", ())]:
+            common = 0
+            while common < min(len(path), len(piece.path)) and path[common] == piece.path[common]:
+                common += 1
+            out += [self.closes[k] for k in reversed(path[common:])] + [self.opens[k] for k in piece.path[common:]]
+            out.append(self._text(piece))
+            path = piece.path
+        return "".join(out)
+
+    def _text(self, piece: Piece) -> str:
+        if piece.source is None:
+            return _SPECIAL.sub(r"\\\1", piece.text)
+        k, a, b = piece.source
+        raw, text = self.raws[k], self.runs[k].text
+        if raw == text or self.runs[k].atom:
+            return raw[a:b] if not self.runs[k].atom else raw
+        return raw if (a, b) == (0, len(text)) else _SPECIAL.sub(r"\\\1", text[a:b])
+
+
+def translate(src: Path, dst: Path, translate_paragraphs: TranslateParagraphs) -> int:
+    text, style = read_text(src)
+    inlines = find_inlines(text)
+    paragraphs = [Paragraph(i.runs, translatable=has_letter) for i in inlines]
+    todo = [(i, p) for i, p in zip(inlines, paragraphs) if p.texts]
+    rendered = translate_paragraphs([p for _, p in todo]) if todo else []
+    out, at = [], 0
+    for (inline, _), pieces in zip(todo, rendered):
+        out += [text[at:inline.start], inline.write(pieces)]
+        at = inline.end
+    write_text(dst, "".join(out) + text[at:], style)
+    return len(todo)
+
+
+def find_inlines(text: str) -> list[_Inline]:
+    """The inline texts of the document's paragraphs, headings and table cells that are found back in the source."""
+    front = _FRONT_MATTER.match(text)
+    lines = text.split("\n")
+    skipped = front.group().count("\n") if front else 0
+    parsed = "\n" * skipped + "\n".join(lines[skipped:])  # front matter as blank lines: line numbers unchanged
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    cursors: dict[int, int] = {}  # table rows: where the next cell's text is looked for
+    out = []
+    tokens = parser().parse(parsed)
+    for parent, token in zip(tokens, tokens[1:]):
+        if token.type != "inline" or token.map is None or not token.content.strip():
+            continue
+        cells = cursors if parent.type in ("th_open", "td_open") else None
+        positions = _positions(token.content, token.map[0], lines, starts, cells)
+        inline = _runs(token, text, positions) if positions else None
+        if inline is not None:
+            out.append(inline)
+    return out
+
+
+def _positions(content: str, first: int, lines: list[str], starts: list[int],
+               cursors: dict[int, int] | None) -> list[int] | None:
+    """The document offset of each character of `content` (and of its end), whose lines are the tails of source
+    lines from `first` on (or, in a table row, the next cell's text of the row's line)."""
+    positions: list[int] = []
+    for i, part in enumerate(content.split("\n")):
+        number = first + i
+        if number >= len(lines):
+            return None
+        line = lines[number]
+        if cursors is not None:
+            column = line.find(part, cursors.get(number, 0))
+            cursors[number] = column + len(part)
+        else:
+            column = line.rfind(part)
+        if column < 0:
+            return None
+        positions += range(starts[number] + column, starts[number] + column + len(part))
+        positions.append(starts[number] + len(line))  # the line end (after the last line: the text's end)
+    positions[-1] = positions[-2] + 1 if len(positions) > 1 else positions[-1]
+    return positions
+
+
+def _runs(token: Token, text: str, positions: list[int]) -> _Inline | None:
+    """The inline token's children as runs, each with its source bytes; None if one is not where it should be."""
+    content = token.content
+    spans = _locate(token.children or [], content)
+    if spans is None:
+        return None
+    inline = _Inline(positions[0], positions[-1])
+    bounds = [positions[a] for _, a in spans] + [positions[-1]]
+    stack: list[int] = []
+    for (child, _), start, end in zip(spans, bounds, bounds[1:]):
+        raw = text[start:end]
+        index = len(inline.runs) + len(inline.opens)
+        if child.type in _CONTAINERS:
+            inline.opens[index] = raw
+            stack.append(index)
+        elif child.type in _CONTAINERS.values():
+            inline.closes[stack.pop()] = raw
+        else:
+            kind = child.type
+            words = kind in ("text", "text_special", "softbreak")
+            run_text = "\n" if kind == "softbreak" else child.content if words else raw
+            inline.runs.append(Run(run_text, tuple(stack), atom=not words))
+            inline.raws.append(raw)
+    return inline if not stack else None
+
+
+def _locate(children: list[Token], content: str) -> list[tuple[Token, int]] | None:
+    """Each child's start in `content`, all of it covered in order (an autolink is one child)."""
+    spans: list[tuple[Token, int]] = []
+    at, k = 0, 0
+    while k < len(children):
+        child = children[k]
+        if child.type == "text" and not child.content:  # the parser leaves some empty ones (before "**")
+            k += 1
+            continue
+        if child.type == "link_open" and child.markup in ("autolink", "linkify"):
+            match = _AUTOLINK.match(content, at)
+            while children[k].type != "link_close":
+                k += 1
+            end = match.end() if match else -1
+            child = Token("autolink", "", 0)
+        else:
+            end = _end(child, content, at)
+        if end < 0:
+            return None
+        spans.append((child, at))
+        at, k = end, k + 1
+    return spans if at == len(content) else None
+
+
+def _end(child: Token, content: str, at: int) -> int:
+    """Where `child`, starting at `at`, ends in `content` (-1: not there)."""
+    kind = child.type
+    fixed = {"text": child.content, "text_special": child.markup, "html_inline": child.content,
+             "link_open": "["}.get(kind, child.markup if kind in _CONTAINERS or kind in _CONTAINERS.values() else None)
+    if kind == "link_close":
+        return _after_brackets(content, at) if content.startswith("]", at) else -1
+    if kind == "image":
+        return _after_brackets(content, _bracket_end(content, at + 1)) if content.startswith("![", at) else -1
+    if kind in ("softbreak", "hardbreak"):
+        match = (_SOFTBREAK if kind == "softbreak" else _HARDBREAK).match(content, at)
+        return match.end() if match else -1
+    if kind == "code_inline":
+        ticks = child.markup
+        match = re.compile(rf"{ticks}(?!`)[\s\S]*?(?<!`){ticks}(?!`)").match(content, at)
+        return match.end() if match else -1
+    return at + len(fixed) if fixed is not None and fixed and content.startswith(fixed, at) else -1
+
+
+def _bracket_end(content: str, at: int) -> int:
+    """The index of the "]" closing the "[" at `at` (escapes and nesting counted; -1: none)."""
+    depth, k = 0, at
+    while 0 <= k < len(content):
+        c = content[k]
+        if c == "\\":
+            k += 2
+            continue
+        depth += (c == "[") - (c == "]")
+        if depth == 0:
+            return k
+        k += 1
+    return -1
+
+
+def _after_brackets(content: str, at: int) -> int:
+    """After a link text's "]" at `at`: the end of its destination "(...)", reference "[...]" or of the "]"."""
+    if at < 0:
+        return -1
+    k = at + 1
+    if content.startswith("[", k):
+        end = _bracket_end(content, k)
+        return end + 1 if end >= 0 else -1
+    if not content.startswith("(", k):
+        return k
+    depth, quote = 0, ""
+    while k < len(content):
+        c = content[k]
+        if c == "\\":
+            k += 2
+            continue
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "\"'" and depth == 1:
+            quote = c
+        else:
+            depth += (c == "(") - (c == ")")
+            if depth == 0:
+                return k + 1
+        k += 1
+    return -1
+

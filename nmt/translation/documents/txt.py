@@ -1,0 +1,161 @@
+"""Plain text documents (`--format txt`), and reading/writing the text formats' files.
+
+A paragraph is a block of lines between blank lines; a line starting with a list marker ("- ", "* ", "• ", "1. ",
+"2) ") starts an item of its own. A paragraph's lines are joined for translation, since hard-wrapped prose breaks
+sentences across lines: its translation is wrapped again to the width of its longest source line (one line stays
+one line), continuation lines indented as its second line was. Blank lines, indentation and list markers are kept.
+
+Files are UTF-8: a BOM is kept, undecodable bytes are refused (one line naming the offset; nothing is guessed), and
+line endings come back as the file had them (CRLF when most of its lines end so: a mixed file comes back uniform).
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from nmt import workbudget
+from nmt.errors import NmtError
+from nmt.io import atomic_write
+from nmt.translation.documents.inline import Paragraph, Piece, Run
+
+TranslateParagraphs = Callable[[list[Paragraph]], list[list[Piece]]]
+BOM = "\ufeff"
+_MARKER = re.compile(r"[ \t]*(?:[-*+•–]|\d{1,3}[.)])[ \t]+(?=\S)")
+_INDENT = re.compile(r"[ \t]*")
+
+
+@dataclass(frozen=True)
+class TextStyle:
+    """How a text file was written: a UTF-8 BOM, and the line ending its text was normalized from."""
+
+    bom: bool = False
+    newline: str = "\n"
+
+
+def read_text(src: Path, normalize: bool = True) -> tuple[str, TextStyle]:
+    """The file's text (BOM removed; with `normalize`, line endings as "\\n") and how to write it back."""
+    data = src.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise NmtError(f"{src}: not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start}); save it as UTF-8 "
+                       "first") from None
+    bom = text.startswith(BOM)
+    text = text.removeprefix(BOM)
+    crlf = normalize and text.count("\r\n") * 2 > text.count("\n")
+    if normalize:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text, TextStyle(bom, "\r\n" if crlf else "\n")
+
+
+def write_text(dst: Path, text: str, style: TextStyle) -> None:
+    """`text` written as `style` says (atomically)."""
+    text = (BOM if style.bom else "") + (text.replace("\n", style.newline) if style.newline != "\n" else text)
+    atomic_write(dst, lambda f: f.write(text.encode("utf-8")))
+
+
+def has_letter(sentence: str) -> bool:
+    """Whether a sentence is worth the model: digits and punctuation alone are kept as written."""
+    return any(c.isalpha() for c in sentence)
+
+
+def pieces_text(pieces: list[Piece]) -> str:
+    return "".join(piece.text for piece in pieces)
+
+
+@dataclass(slots=True)
+class _Block:
+    """A paragraph's lines: the prefix of its first line (indentation, list marker) and the offsets of the text after
+    it (its lines are not held one by one: a text of millions of short lines stays one string)."""
+
+    prefix: str
+    start: int
+    end: int
+    indent: str  # of continuation lines when wrapped again
+    width: int  # its longest line, prefix included
+    lines: int = 1
+
+
+CHUNK = 256  # paragraphs built, translated and rendered at once
+
+
+def translate(src: Path, dst: Path, translate_paragraphs: TranslateParagraphs) -> int:
+    text, style = read_text(src)
+    parts = _parse(text)
+    blocks = [p for p in parts if isinstance(p, _Block)]
+    rendered: dict[int, str] = {}
+    budget = workbudget.current()
+    for start in range(0, len(blocks), CHUNK):  # a chunk's Paragraphs at a time: memory follows the text
+        budget.check()
+        chunk = [(b, Paragraph([Run(text[b.start:b.end])], has_letter)) for b in blocks[start:start + CHUNK]]
+        todo = [(b, p) for b, p in chunk if p.texts]
+        done = translate_paragraphs([p for _, p in todo]) if todo else []
+        rendered.update((id(b), pieces_text(pieces)) for (b, _), pieces in zip(todo, done, strict=True))
+    out = []
+    for part in parts:
+        if isinstance(part, str):
+            out.append(part)
+            continue
+        new = rendered.get(id(part))
+        source = text[part.start:part.end]
+        out.append(part.prefix + (source if new is None or new == source else _wrap(new, part)))
+    write_text(dst, "".join(out), style)
+    return len(rendered)
+
+
+def _parse(text: str) -> list[str | _Block]:
+    """The text as blocks and what lies between them (blank lines, line ends), in order."""
+    parts: list[str | _Block] = []
+    current: _Block | None = None
+    budget, blocks = workbudget.current(), 0
+    for start, stop, newline in _lines(text):
+        budget.tick()
+        line, end = text[start:stop], "\n" if newline else ""
+        marker = _MARKER.match(line)
+        if not line.strip():
+            current = None
+            parts.append(line + end)
+            continue
+        if current is not None and not marker:
+            parts.pop()  # the line end before this line is inside the block
+            current.end, current.width, current.lines = stop, max(current.width, len(line)), current.lines + 1
+            if current.lines == 2:
+                current.indent = _INDENT.match(line).group()  # type: ignore[union-attr]
+        else:
+            prefix = marker.group() if marker else _INDENT.match(line).group()  # type: ignore[union-attr]
+            current = _Block(prefix, start + len(prefix), stop, " " * len(prefix), len(line))
+            parts.append(current)
+            blocks += 1
+            if blocks > budget.limits["paragraphs"]:  # refused here, before millions of blocks fill memory
+                _over(budget, blocks)
+        if end:
+            parts.append(end)
+    return parts
+
+
+def _lines(text: str) -> Iterator[tuple[int, int, bool]]:
+    """(start, end, whether a line end follows) of each line of `text`, without a list of them all."""
+    start = 0
+    while (end := text.find("\n", start)) >= 0:
+        yield start, end, True
+        start = end + 1
+    yield start, len(text), False
+
+
+def _over(budget: workbudget.WorkBudget, n: int) -> None:
+    """OverBudget for `n` paragraphs, in the budget's words, without counting them in it
+    (nmt.translation.documents.inline counts the paragraphs it builds)."""
+    workbudget.WorkBudget(budget.what, limits=dict(budget.limits)).charge("paragraphs", n)
+
+
+def _wrap(translation: str, block: _Block) -> str:
+    """A translated paragraph wrapped as its source was: one line, or lines as wide as its longest source line."""
+    if block.lines == 1:
+        return translation
+    lines = textwrap.wrap(translation, width=max(block.width, 20), initial_indent=" " * len(block.prefix),
+                          subsequent_indent=block.indent, break_long_words=False, break_on_hyphens=False)
+    return "\n".join(lines)[len(block.prefix):]
