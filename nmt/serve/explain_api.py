@@ -53,7 +53,7 @@ def add_explain(app: FastAPI, api: Api) -> None:
         req = _request(body)
         api.check_sentences([req.sentence])
         service = api.models.route(req.source, req.target)
-        translator = service.model.translator  # type: ignore[union-attr]
+        translator = service.translator
         tokens = len(translator.tokenizer.encode_src([req.sentence])[0])
         if tokens > MAX_TOKENS:
             raise ApiError(400, f"the sentence has {tokens} pieces, over the limit of {MAX_TOKENS} for /v1/explain "

@@ -43,7 +43,7 @@ class QueuedTranslator:
 
     def __init__(self, api: Api, service: Service, client: str, budget: WorkBudget):
         self.api, self.service, self.client, self.budget = api, service, client, budget
-        self.tokenizer = service.model.translator.tokenizer  # type: ignore[union-attr]
+        self.tokenizer = service.translator.tokenizer
         self.default = api.search(service, None, None)
         self.sentences = 0
 

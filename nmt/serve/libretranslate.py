@@ -100,7 +100,7 @@ async def translate(api: Api, request: Request) -> JSONResponse:
     if k >= api.limits.max_beam:
         raise ApiError(400, f"alternatives {shown(k)} is over the limit serve.max_beam - 1 = {api.limits.max_beam - 1}",
                        "serve.max_beam")
-    beam = service.model.translator.decode.beam  # type: ignore[union-attr]
+    beam = service.translator.decode.beam
     search = api.search(service, None if k < beam else k + 1, k + 1)  # LibreTranslate's alternatives: n-best 2, ...
     results = iter(await api.translate(request, service, flat, search))
     per_text = [[next(results) for _ in item] for item in lines]
@@ -126,7 +126,7 @@ async def _translate_html(api: Api, request: Request, service: Service, req: Lib
     api.check_sentences(flat, libre=True)
     search = api.search(service, None, None)._replace(attention=True)
     results = list(await api.translate(request, service, flat, search) if flat else [])
-    tokenizer = service.model.translator.tokenizer  # type: ignore[union-attr]
+    tokenizer = service.translator.tokenizer
 
     def render() -> list[str]:
         done = iter(results)

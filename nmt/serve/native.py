@@ -144,7 +144,7 @@ class Api:
     def search(self, service: Service, beam: int | None, nbest: int | None,
                terms: dict[str, str] | None = None) -> Search:
         """The request's search settings (nmt.serve.requested)."""
-        return requested_search(service.model.translator.decode, self.limits, self.glossary,  # type: ignore[union-attr]
+        return requested_search(service.translator.decode, self.limits, self.glossary,
                                 beam, nbest, terms)
 
     async def translate(self, request: Request, service: Service, lines: list[str], search: Search
@@ -220,7 +220,7 @@ class Api:
         results = await self.translate(request, service, req.sentences, search)
         answers = [_native_answer(r, search.decode.nbest, req.scores) for r in results]
         if req.attention:
-            tokenizer = service.model.translator.tokenizer  # type: ignore[union-attr]
+            tokenizer = service.translator.tokenizer
             for answer, r in zip(answers, results):
                 answer["attention"] = _attention(r, tokenizer)
         return JSONResponse({"translations": answers})

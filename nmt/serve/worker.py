@@ -77,6 +77,13 @@ class Service:
         self._stopped = False
         self._thread = threading.Thread(target=self._main, name="nmt-model", daemon=True)
 
+    @property
+    def translator(self) -> Translator:
+        """The loaded model's translator (the endpoints reach it after `Models.ready()`)."""
+        if self.model is None:
+            raise RuntimeError("the model is not loaded")
+        return self.model.translator
+
     def start(self) -> None:
         self._thread.start()
 
