@@ -19,7 +19,7 @@ from nmt.serve.native import Api
 from nmt.serve.web import BaseModel, FastAPI, Field, JSONResponse, Request, ValidationError
 from nmt.serve.worker import Service
 from nmt.translation.documents.html import parse_html
-from nmt.translation.documents.paragraphs import aligned
+from nmt.translation.documents.paragraphs import render_aligned
 from nmt.workbudget import OverBudget, WorkBudget, bounded
 
 T = TypeVar("T")
@@ -127,12 +127,7 @@ async def _translate_html(api: Api, request: Request, service: Service, req: Lib
     search = api.search(service, None, None)._replace(attention=True)
     results = list(await api.translate(request, service, flat, search) if flat else [])
     tokenizer = service.translator.tokenizer
-
-    def render() -> list[str]:
-        done = iter(results)
-        return [doc.render([aligned(tokenizer, next(done)) for _ in doc.texts]) for doc in docs]
-
-    rendered = await _bounded(budget, render)
+    rendered = await _bounded(budget, lambda: render_aligned(tokenizer, docs, results))
     answer: dict[str, Any] = {"translatedText": rendered[0] if isinstance(req.q, str) else rendered}
     if req.alternatives:
         answer["alternatives"] = [] if isinstance(req.q, str) else [[] for _ in texts]
