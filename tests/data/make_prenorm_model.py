@@ -9,7 +9,7 @@ then train), and the file committed is the run's averaged.pt, the average of its
 
 The data: ../shared/data/multi30k beside the checkout, else $NMT_SHARED/data/multi30k.
 
-    python -m tests.data.make_prenorm_model      # from the repository root (about 2 minutes on 2 cores)
+    python -m tests.data.make_prenorm_model      # from the repository root (2.5-4 minutes: training runs one thread)
 
 Not bit-reproducible across machines (training's float sums follow the CPU and its threads): the committed file is
 what the golden outputs were recorded with; remaking it means regenerating them (NMT_UPDATE_GOLDEN=1).
