@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from .conftest import nmt_env
-from .golden import DEMO, GOLDEN, SCORE_TOL, UPDATE
+from .golden import DEMO, GOLDEN, SCORE_TOL, UPDATE, check
 
 GOLDEN_FILE = GOLDEN / "serve.demo-model.json"
 DOCUMENT = GOLDEN / "documents" / "doc.md"
@@ -117,9 +117,18 @@ def answers(server) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def golden(answers) -> dict[str, dict]:
+    """The golden answers (under NMT_UPDATE_GOLDEN=1 first rewritten where one differs beyond the tolerance)."""
     if UPDATE:
-        GOLDEN_FILE.write_text(json.dumps(answers, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        check(GOLDEN_FILE, (json.dumps(answers, indent=1, ensure_ascii=False) + "\n").encode("utf-8"), same_answers)
     return json.loads(GOLDEN_FILE.read_text(encoding="utf-8"))
+
+
+def same_answers(got: bytes, want: bytes) -> str | None:
+    """None when every answer of the two golden files is the same (see same_answer)."""
+    g, w = json.loads(got), json.loads(want)
+    if list(g) != list(w):
+        return f"requests {list(g)}, golden has {list(w)}"
+    return next((f"{name}: {p}" for name in g if (p := same_answer(g[name], w[name])) is not None), None)
 
 
 def same_answer(got: dict, want: dict) -> str | None:
