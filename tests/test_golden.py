@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from nmt.demo_corpus import write_demo
+from nmt.demo.files import write_demo
 
 from .golden import DATA, DEMO, GOLDEN, check_text, checked_source, translate
 
