@@ -217,3 +217,22 @@ def test_nmt_translate_glossary_through_the_cli_and_a_document(tmp_path):
     html = (tmp_path / "o.html").read_text(encoding="utf-8")
     first, second = html.split("</p>")[:2]
     assert "Schiff" in first and first.count("<b>") == first.count("</b>") == 1 and "bicycle" in second
+
+
+def test_a_capitalised_form_only_begins_the_translation():
+    # the term's forms: C (as written) and D (capitalised: "initial", a sentence's first word only). Unconstrained
+    # A D EOS (0.72) would hold D mid-sentence; D may not follow A, so A C EOS (0.135) beats D EOS (0.05)
+    model = TableModel({(): {A: 0.9, D: 0.05, C: 0.05}, (A,): {D: 0.8, C: 0.15, EOS: 0.05}, (A, D): {EOS: 1.0},
+                        (A, C): {EOS: 1.0}, (D,): {EOS: 1.0}, (C,): {EOS: 1.0}}, default={EOS: 1.0})
+    src = torch.tensor([[A, EOS]])
+    free = nmt_search.run(model, src, SearchSettings(beam=2, length_penalty=0.0), IDS,
+                          constraints=Terms([[[C], [D]]], NONE_CONTINUES))[0][0]
+    assert free.tokens == [A, D]
+    first_only = nmt_search.run(model, src, SearchSettings(beam=2, length_penalty=0.0), IDS,
+                                constraints=Terms([[[C], [D]]], NONE_CONTINUES, initial=frozenset({(0, 1)})))[0][0]
+    assert first_only.tokens == [A, C]
+    # as the first word it is allowed: a model that starts with D keeps it
+    starts = TableModel({(): {D: 0.9, C: 0.1}, (D,): {EOS: 1.0}, (C,): {EOS: 1.0}}, default={EOS: 1.0})
+    begun = nmt_search.run(starts, src, SearchSettings(beam=2, length_penalty=0.0), IDS,
+                           constraints=Terms([[[C], [D]]], NONE_CONTINUES, initial=frozenset({(0, 1)})))[0][0]
+    assert begun.tokens == [D]

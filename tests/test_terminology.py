@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from nmt.translation import terminology
 from nmt.translation.glossary import from_pairs, obeyed
 from nmt.translation.terminology import Edit, apply_edits, distinct, sane
-from nmt.translation.translator import Translator
+from nmt.translation.translator import Translation, Translator
 from nmt.workbudget import WorkBudget, bounded
 
 from .conftest import run_cli
@@ -165,3 +165,19 @@ def test_random_glossaries_and_lines_raise_nothing_but_one_line_errors(translato
     assert r.text == [""] if not r.hypotheses else len(r.text) == len(r.hypotheses) >= 1
     for m in glossary.find(line):
         assert line[m.start:m.end] == m.surface
+
+
+def test_a_repeated_term_is_replaced_where_the_model_translated_it_alike(monkeypatch):
+    matches = from_pairs([("man", "Herr")]).find("A man sees a man.")
+    monkeypatch.setattr(terminology, "_occurrence_rows", lambda translator, r, missed: [[1], [4]])
+
+    def replaced(text: str) -> str:
+        return terminology.replace(None, Translation("A man sees a man.", [], [], [text]), matches)[0]
+
+    assert replaced("Ein Mann sieht einen Mann.") == "Ein Herr sieht einen Herr."  # both, as the model wrote both alike
+    assert replaced("Ein Mann sieht einen Hund.") == "Ein Herr sieht einen Hund."  # the model dropped the second
+    assert replaced("Ein Herr sieht einen Hund.") == "Ein Herr sieht einen Hund."  # one in place, the other dropped
+    r = Translation("A man sees a man.", [], [object()], ["Ein Herr sieht einen Hund."])
+    assert terminology.needs(None, r, matches) is None  # left as it is, never searched again
+    r.text = ["Ein Mann sieht einen Mann."]
+    assert terminology.needs(None, r, matches) == "terms"

@@ -37,6 +37,13 @@ class Terms:
     sequences: list[Constraint]
     continues_word: Tensor
     ends_word: list[bool] | None = None
+    initial: frozenset[tuple[int, int]] = frozenset()  # (term, alternative)s that may only begin the output
+
+    def later(self) -> list[Constraint]:
+        """The sequences a term may begin with after the first output token: each `initial` alternative (a
+        capitalised form, for a sentence's first word) made impossible, so indices stay."""
+        return [[[-1] if (c, a) in self.initial else seq for a, seq in enumerate(alts)]
+                for c, alts in enumerate(self.sequences)]
 
 
 @dataclass(frozen=True)
@@ -56,9 +63,10 @@ class State:
 
 
 def advance(state: State, token: int, constraints: list[Constraint], continues_word: bool,
-            ends_word: list[bool] | None = None) -> State:
+            ends_word: list[bool] | None = None, startable: list[Constraint] | None = None) -> State:
     """The state after appending `token` (`continues_word`: it does not start a new word); `ends_word[c]`: term c
-    must end a word (default: every term)."""
+    must end a word (default: every term); `startable`: the alternatives a term may begin with here (default:
+    `constraints`; an alternative that may not begin here is an impossible sequence in it)."""
     met, progress = state.met, state.progress
     if state.just_met >= 0 and continues_word:
         met, progress = met - {state.just_met}, progress - state.just_len
@@ -69,7 +77,7 @@ def advance(state: State, token: int, constraints: list[Constraint], continues_w
                 return _met(met, state.term, len(seq), progress + 1, ends_word)
             return replace(state, met=met, k=state.k + 1, just_met=-1, progress=progress + 1)
         progress -= state.k  # left the term half-written
-    for c, alternatives in enumerate(constraints):
+    for c, alternatives in enumerate(startable or constraints):
         if c in met:
             continue
         for a, seq in enumerate(alternatives):
@@ -87,11 +95,13 @@ def _met(met: frozenset[int], term: int, length: int, progress: int, ends_word: 
     return State(met | {term}, progress=progress)
 
 
-def wanted(state: State, constraints: list[Constraint]) -> set[int]:
-    """The tokens that make progress: the next of the term being written, else the first of each unmet term."""
+def wanted(state: State, constraints: list[Constraint], startable: list[Constraint] | None = None) -> set[int]:
+    """The tokens that make progress: the next of the term being written, else the first of each unmet term (of
+    its `startable` alternatives, as for `advance`)."""
     if state.term >= 0:
         return {constraints[state.term][state.alt][state.k]}
-    return {seq[0] for c, alts in enumerate(constraints) if c not in state.met for seq in alts}
+    return {seq[0] for c, alts in enumerate(startable or constraints) if c not in state.met for seq in alts
+            if seq[0] >= 0}
 
 
 @dataclass
@@ -128,6 +138,7 @@ class Constrained:
         self.finished: list[Hypothesis] = []
         self.unfinished: list[Hypothesis] = []  # ended at the limit without every term
         self.wordish = terms.continues_word.tolist()
+        self.later = terms.later()
 
     def at_limit(self, t: int) -> Tensor:
         return torch.full((len(self.beams),), t >= self.limit, device=self.device)
@@ -161,7 +172,8 @@ class Constrained:
         best = logprobs.topk(min(s.beam, logprobs.size(1)), dim=1).indices.tolist()
         candidates = []
         for i, b in enumerate(self.beams):
-            toks = sorted(set(best[i]) | wanted(b.state, terms.sequences))
+            startable = self.later if b.tokens else terms.sequences
+            toks = sorted(set(best[i]) | wanted(b.state, terms.sequences, startable))
             for tok, lp in zip(toks, logprobs[i, toks].tolist()):
                 score = b.logprob + lp
                 if score == float("-inf"):
@@ -170,7 +182,7 @@ class Constrained:
                     hyp = _ended(b, score, rows_attn, i, s.length_penalty, s.length_penalty_type)
                     (self.finished if b.state.complete(n_terms) else self.unfinished).append(hyp)
                 else:
-                    state = advance(b.state, tok, terms.sequences, self.wordish[tok], terms.ends_word)
+                    state = advance(b.state, tok, terms.sequences, self.wordish[tok], terms.ends_word, startable)
                     candidates.append((score, i, tok, state))
         return candidates
 

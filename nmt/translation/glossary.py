@@ -21,6 +21,7 @@ search (nmt.search.constrained), in which the model writes the targets where it 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +96,17 @@ class Glossary:
 def obeyed(text: str, match: Match) -> bool:
     """Whether the translation `text` holds one of the match's forms as whole words."""
     return any(re.search(_bounded(form), text) for form in match.forms)
+
+
+def occurrences(text: str, match: Match) -> int:
+    """How often the translation `text` holds the match's forms as whole words."""
+    return sum(len(re.findall(_bounded(form), text)) for form in match.forms)
+
+
+def held(text: str, matches: list[Match]) -> bool:
+    """Whether the translation `text` holds each term as often as the source line does (its `matches`)."""
+    wanted = Counter(m.term for m in matches)
+    return all(occurrences(text, m) >= wanted[m.term] for m in matches)
 
 
 def ends_word(form: str) -> bool:

@@ -14,13 +14,18 @@ line gets two candidates and a rule chooses:
   MAX_CONSTRAINTS, within SEARCH_SECONDS): the model writes each term where it finds it most likely and may adapt
   the words around it.
 
-A candidate is sane when it holds every term, has as many words as the replaced one give or take LENGTH_TOLERANCE
-(a line under five words: exactly as many), and holds no more words sharing a stem with the model's own words for
-the terms (the words of 4+ letters the replacement removed: "kleine" for "winzig") than the replaced candidate does. The
-constrained candidate is taken when it is sane and the model scores it at least as high as the replaced one (both
-as the search scores: length-normalized log-probability); otherwise the replaced one. bench/glossary.py measures
-the rule on three kinds of terms (drawn from the references, synonyms the model would not choose, words kept
-untranslated).
+A term the source repeats ("a man and a man") is held as often as the source holds it: a repeat is replaced only
+where the model translated it like another occurrence of its term (a repeat the model dropped aligns to an unrelated
+word, left alone), and a line whose terms are all there but for a repeat gets the replaced candidate alone. The
+search writes a term's capitalised form (nmt.translation.glossary) only as the translation's first word.
+
+A candidate is sane when it holds every term (as often as the replaced candidate does), has as many words as the
+replaced one give or take LENGTH_TOLERANCE (a line under five words: exactly as many), and holds no more words
+sharing a stem with the model's own words for the terms (the words of 4+ letters the replacement removed: "kleine"
+for "winzig") than the replaced candidate does. The constrained candidate is taken when it is sane and the model
+scores it at least as high as the replaced one (both as the search scores: length-normalized log-probability);
+otherwise the replaced one. bench/glossary.py measures the rule on three kinds of terms (drawn from the
+references, synonyms the model would not choose, words kept untranslated).
 
 Work per line is bounded: one constraint per distinct term, at most MAX_CONSTRAINTS of them searched (a line with
 more gets the replaced candidate alone) and SEARCH_SECONDS of search per line (a normal line takes a fraction of
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +45,7 @@ import torch
 
 from nmt.search import Hypothesis, Terms, forced, run
 from nmt.translation.alignment import aligned
-from nmt.translation.glossary import Match, ends_word, obeyed
+from nmt.translation.glossary import Match, ends_word, held, obeyed, occurrences
 from nmt.workbudget import current as work_budget
 
 MAX_CONSTRAINTS = 8  # distinct terms one line's constrained search carries (its beam grows with each)
@@ -75,13 +81,24 @@ def obey(translator, results: list, glossary, need_attention: bool, decode) -> N
     deadline = work_budget().deadline
     for r in results:
         matches = glossary.find(r.source) if r.hypotheses else []
-        if not matches or all(obeyed(text, m) for text in r.text for m in matches):
+        need = needs(translator, r, matches)
+        if need is None:
             continue
-        terms = distinct(matches)
-        search = deadline is None or time.monotonic() < deadline
-        found = candidates(translator, r, terms, need_attention, decode, search=search)
-        chosen = found.chosen(terms, decode.nbest)
+        search = need == "terms" and (deadline is None or time.monotonic() < deadline)
+        found = candidates(translator, r, matches, need_attention, decode, search=search)
+        chosen = found.chosen(distinct(matches), decode.nbest)
         r.hypotheses, r.text = [h for h, _ in chosen], [text for _, text in chosen]
+
+
+def needs(translator, r, matches: list[Match]) -> str | None:
+    """What the result `r` needs for its term `matches`: "terms" when its best translation misses a term (both
+    candidates); "repeats" when every term is there but a repeated one fewer times than in the source, and the
+    model translated a repeat like another occurrence (the replaced candidate alone); else None (left as it is)."""
+    if not matches or all(held(text, matches) for text in r.text):
+        return None
+    if not all(obeyed(r.text[0], m) for m in matches):
+        return "terms"
+    return "repeats" if replace(translator, r, matches)[0] != r.text[0] else None
 
 
 @dataclass
@@ -106,11 +123,12 @@ class Candidates:
         return ([replaced] + good)[:nbest]  # the rule's choice first, then by score
 
 
-def candidates(translator, r, terms: list[Match], need_attention: bool, d, search: bool = True) -> Candidates:
-    """Both candidates for the result `r` (a Translation) and its distinct `terms`; `search`: run the constrained
-    search (else only the replaced candidate, as for a line with over MAX_CONSTRAINTS terms)."""
+def candidates(translator, r, matches: list[Match], need_attention: bool, d, search: bool = True) -> Candidates:
+    """Both candidates for the result `r` (a Translation) and its term `matches` (every occurrence); `search`: run
+    the constrained search (else only the replaced candidate, as for a line with over MAX_CONSTRAINTS terms)."""
     src = torch.tensor([r.src_ids + [translator.special.eos]], device=translator.device)
-    replaced_text, removed = replace(translator, r, terms)
+    terms = distinct(matches)
+    replaced_text, removed = replace(translator, r, matches)
     replaced = forced_text(translator, src, replaced_text, need_attention, d)
     searched: list[Hypothesis] = []
     if search and len(terms) <= MAX_CONSTRAINTS:
@@ -122,7 +140,7 @@ def candidates(translator, r, terms: list[Match], need_attention: bool, d, searc
 def sane(text: str, replaced_text: str, removed: list[str], terms: list[Match]) -> bool:
     """The rule above: every term held, the replaced candidate's length give or take LENGTH_TOLERANCE, no more
     words that share a stem with a removed word than the replaced candidate has."""
-    if not all(obeyed(text, m) for m in terms):
+    if not all(obeyed(text, m) and occurrences(text, m) >= occurrences(replaced_text, m) for m in terms):
         return False
     n, m = len(text.split()), len(replaced_text.split())
     if abs(n - m) > LENGTH_TOLERANCE * m:
@@ -138,30 +156,53 @@ def _stem_count(text: str, word: str) -> int:
     return sum(_core(w).lower().startswith(stem) for w in text.split())
 
 
-def replace(translator, r, terms: list[Match]) -> tuple[str, list[str]]:
-    """The best translation with each missed term's aligned target words replaced by the term (see above), and the
-    words it removed (punctuation stripped)."""
+def replace(translator, r, matches: list[Match]) -> tuple[str, list[str]]:
+    """The best translation with each missed term occurrence's aligned target words replaced by the term (see
+    above), and the words it removed (punctuation stripped). An occurrence is missed while the translation holds
+    its term fewer times than the source; one aligned to a form of its own term is in place already; a repeated
+    one is replaced only where the model translated it like another occurrence of its term (a dropped word's
+    alignment points elsewhere)."""
     text = r.text[0]
-    missed = [m for m in terms if not obeyed(text, m)]
+    need = Counter(m.term for m in matches)
+    need.subtract({m.term: occurrences(text, m) for m in matches})
+    missed = [m for m in matches if need[m.term] > 0]
     words = _WORD.findall(text)
     if not missed:
         return text, []
     if not words:
-        return " ".join(m.forms[0] for m in missed), []
-    scores, links = _alignment(translator, r)
-    starts = [w.start() for w in _WORD.finditer(r.source)]
-    forms = {form for m in terms for form in m.forms}
+        return " ".join(m.forms[0] for m in distinct(missed)), []
+    rows_of = _occurrence_rows(translator, r, missed)
+    forms = {form for m in matches for form in m.forms}
     kept = {j for j, w in enumerate(words) if _core(w) in forms}  # a term already written stays
-    edits = []
-    for m in missed:
-        columns = [i for i, a in enumerate(starts) if m.start <= a < m.end]
-        rows = [j for j in _aligned_rows(scores, links, columns) if j not in kept]
+    edits, placed = [], Counter()
+    for k, m in enumerate(missed):
+        if need[m.term] <= 0 or any(_core(words[j]) in m.forms for j in rows_of[k]):
+            continue
+        rows = [j for j in rows_of[k] if j not in kept]
+        others = [rows_of[i] for i, o in enumerate(missed) if o.term == m.term and i != k]
+        repeat = placed[m.term] or occurrences(text, m)  # the term is written already: this is a repeat
+        if repeat and not _alike([words[j] for j in rows], [words[j] for o in others for j in o]):
+            continue
+        need[m.term] -= 1
+        placed[m.term] += 1
         if rows:
             block = _largest_block(rows)
             edits.append(Edit(block[0], block[-1], m.forms[0]))
         else:  # no alignment at all: at the end, before the final punctuation
             edits.append(Edit(len(words), len(words) - 1, m.forms[0]))
     return apply_edits(words, edits)
+
+
+def _occurrence_rows(translator, r, missed: list[Match]) -> list[list[int]]:
+    """The target words aligned to each occurrence's source words."""
+    scores, links = _alignment(translator, r)
+    starts = [w.start() for w in _WORD.finditer(r.source)]
+    return [_aligned_rows(scores, links, [i for i, a in enumerate(starts) if m.start <= a < m.end]) for m in missed]
+
+
+def _alike(block: list[str], others: list[str]) -> bool:
+    """Whether a word of `block` shares a stem with a word of `others` (of MIN_STEM letters or more)."""
+    return any(_stem_count(" ".join(others), _core(w)) for w in block if len(_core(w)) >= MIN_STEM)
 
 
 def _alignment(translator, r) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -223,14 +264,17 @@ def _largest_block(rows: list[int]) -> list[int]:
 
 def constrained(translator, src: torch.Tensor, terms: list[Match], need_attention: bool, d) -> list[Hypothesis]:
     """The constrained search's n-best for src [1, S] with each term (its forms as alternatives) a constraint."""
-    ids = translator.special
-    encoded = [([seq for seq in translator.tokenizer.encode_tgt(list(m.forms)) if seq], ends_word(m.forms[0]))
-               for m in terms]
-    encoded = [t for t in encoded if t[0]]
+    sequences, ends, initial = [], [], set()
+    for m in terms:  # forms: as written, then capitalised (nmt.translation.glossary): only a sentence's first word
+        alternatives = [(seq, k > 0) for k, seq in enumerate(translator.tokenizer.encode_tgt(list(m.forms))) if seq]
+        if alternatives:
+            initial |= {(len(sequences), a) for a, (_, first) in enumerate(alternatives) if first}
+            sequences.append([seq for seq, _ in alternatives])
+            ends.append(ends_word(m.forms[0]))
     settings = translator.search_settings(d, beam=max(d.beam, d.nbest), need_attention=need_attention,
                                           deadline=time.monotonic() + SEARCH_SECONDS)
-    terms = Terms([t[0] for t in encoded], translator.continues_word, [t[1] for t in encoded])
-    return run(translator.model, src, settings, ids, constraints=terms)[0]
+    constraints = Terms(sequences, translator.continues_word, ends, frozenset(initial))
+    return run(translator.model, src, settings, translator.special, constraints=constraints)[0]
 
 
 def forced_text(translator, src: torch.Tensor, text: str, need_attention: bool, d) -> Hypothesis:
