@@ -1,8 +1,8 @@
 """Word alignment, its one owner (nmt.translation.documents.inline places formatting on the aligned words,
 nmt.translation.terminology puts glossary terms in place of them), from the model's own cross-attention: a translation's
 piece attention (Hypothesis.attention, from the search itself: no extra pass) aggregated to the whitespace-separated
-words that nmt.translation.documents.inline places formatting on (nmt.plot.charts.word_scores: sum over a source word's
-pieces, mean over a target word's).
+words that nmt.translation.documents.inline places formatting on (`word_scores`: sum over a source word's pieces,
+mean over a target word's; `nmt translate --alignment` writes the links as Pharaoh pairs, `format_pharaoh`).
 
 SentencePiece words (a piece starting with "▁" starts one) are the whitespace words of the text on both sides
 almost always; where the counts differ (text the tokenizer's cleaning changed, byte pieces) word i takes the
@@ -33,9 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from nmt.plot.charts import word_scores, word_spans
 from nmt.tokenizer import Tokenizer
 from nmt.translation.documents.inline import Aligned
+
+WORD_START = "\u2581"  # SentencePiece's word-boundary marker "▁"
 
 
 def aligned(tokenizer: Tokenizer, result: Any, matrix: Any = None, method: str = "grow-1:1",
@@ -53,7 +54,7 @@ def aligned(tokenizer: Tokenizer, result: Any, matrix: Any = None, method: str =
         return Aligned(text)
     src_pieces = tokenizer.src_id_pieces(result.src_ids)
     prefix = max(0, len(result.src_ids) - len(tokenizer.encode_src([result.source])[0]))
-    matrix = np.asarray(matrix.float() if hasattr(matrix, "float") else matrix, dtype=np.float64)[:, prefix:]
+    matrix = as_matrix(matrix)[:, prefix:]
     src_pieces = src_pieces[prefix:]
     tgt_pieces = tokenizer.tgt_pieces(hyp.tokens)
     n_src, n_tgt = len(result.source.split()), len(text.split())
@@ -70,7 +71,7 @@ def aligned(tokenizer: Tokenizer, result: Any, matrix: Any = None, method: str =
     return Aligned(text, scores, links(balanced(scores, column_power), method))
 
 
-COLUMN_POWER = 0.85  # see the module docstring
+COLUMN_POWER = 0.85  # see the module docstring; bench/inline_fidelity.py measured it
 
 
 def balanced(scores: np.ndarray, power: float | None = None) -> np.ndarray:
@@ -133,3 +134,57 @@ def _words(pieces: Sequence[str], n: int) -> list[tuple[int, int]]:
         b = max((i + 1) * k // n, a + 1)
         spans.append((spm[a][0], spm[b - 1][1]))
     return spans
+
+
+def link_pairs(hard: np.ndarray | None) -> list[tuple[int, int]]:
+    """The (source word i, target word j) pairs of a hard alignment [target words, source words] (`links`, or
+    Aligned.links), sorted by (i, j) as Pharaoh lists them; None (no alignment) has none."""
+    if hard is None:
+        return []
+    return sorted((int(i), int(j)) for j, i in zip(*np.nonzero(hard), strict=True))
+
+
+def format_pharaoh(pairs: Sequence[tuple[int, int]]) -> str:
+    """Pharaoh format: "i-j" pairs (source word i, target word j, 0-based) separated by spaces, e.g. "0-0 1-2 2-1"."""
+    return " ".join(f"{i}-{j}" for i, j in pairs)
+
+
+def word_spans(pieces: Sequence[str]) -> list[tuple[int, int]]:
+    """Group SentencePiece pieces into words: [start, end) piece spans, one per word.
+
+    A piece starting with "▁" starts a new word; the first piece always does.
+    """
+    starts = [i for i, p in enumerate(pieces) if i == 0 or p.startswith(WORD_START)]
+    ends = starts[1:] + [len(pieces)]
+    return [(s, e) for s, e in zip(starts, ends[: len(starts)], strict=True)]
+
+
+def word_scores(matrix: Any, src_pieces: Sequence[str], tgt_pieces: Sequence[str],
+                src_words: Sequence[tuple[int, int]] | None = None,
+                tgt_words: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
+    """Piece attention [T, S] aggregated to words: [target words, source words] (sum over a source word's pieces,
+    mean over a target word's pieces). Words are [start, end) piece spans, `word_spans` of the pieces unless given.
+    Trailing rows/columns beyond the pieces (the EOS the model adds) are ignored."""
+    m = as_matrix(matrix)
+    n_tgt, n_src = len(tgt_pieces), len(src_pieces)
+    if m.shape[0] < n_tgt or m.shape[1] < n_src:
+        raise ValueError(f"attention matrix {tuple(m.shape)} is smaller than {n_tgt} target x {n_src} "
+                         "source pieces")
+    src_words = word_spans(src_pieces) if src_words is None else src_words
+    tgt_words = word_spans(tgt_pieces) if tgt_words is None else tgt_words
+    if n_tgt == 0 or n_src == 0 or not src_words or not tgt_words:
+        return np.zeros((len(tgt_words) if n_tgt else 0, len(src_words) if n_src else 0))
+    m = m[:n_tgt, :n_src]
+    by_src = np.stack([m[:, s:e].sum(axis=1) for s, e in src_words], axis=1)  # [T, S_words]
+    return np.stack([by_src[s:e].mean(axis=0) for s, e in tgt_words])  # [T_words, S_words]
+
+
+def as_matrix(x: Any) -> np.ndarray:
+    """A 2-D piece attention as float64 numpy: numpy, nested lists or a torch tensor (any device or dtype, bf16
+    included); NaN and infinities become 0."""
+    if hasattr(x, "detach"):  # torch: bf16 has no numpy dtype and CUDA memory must come home first
+        x = x.detach().float().cpu()
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValueError(f"attention matrix must have 2 dimensions, got shape {tuple(arr.shape)}")
+    return np.nan_to_num(arr, nan=0.0, posinf=0.0, neginf=0.0)
