@@ -1,30 +1,24 @@
-"""Word alignment, its one owner (nmt.translation.documents.inline places formatting on the aligned words,
-nmt.translation.terminology puts glossary terms in place of them), from the model's own cross-attention: a translation's
-piece attention (Hypothesis.attention, from the search itself: no extra pass) aggregated to the whitespace-separated
-words that nmt.translation.documents.inline places formatting on (`word_scores`: sum over a source word's pieces,
-mean over a target word's; `nmt translate --alignment` writes the links as Pharaoh pairs, `format_pharaoh`).
+"""Word alignment, its one owner: which whitespace-separated words of a translation translate which words of its
+source, from the model's own cross-attention. nmt.translation.documents places inline formatting on the aligned
+words, nmt.translation.terminology puts glossary terms in place of them, and `nmt translate --alignment FILE`
+writes them (Pharaoh "i-j" pairs, `format_pharaoh`).
 
-SentencePiece words (a piece starting with "▁" starts one) are the whitespace words of the text on both sides
-almost always; where the counts differ (text the tokenizer's cleaning changed, byte pieces) word i takes the
-pieces of SentencePiece words i*k/n up to (i+1)*k/n, so every word has pieces and the order is kept. A language
-code piece the translator puts before the source (decode.prefix) is not a word.
+Word scores: a translation's piece attention (Hypothesis.attention, from the search itself: no extra pass)
+aggregated to words (`word_scores`: sum over a source word's pieces, mean over a target word's). SentencePiece words
+(a piece starting with "▁" starts one: `word_spans`) are the whitespace words of the text on both sides almost
+always; where the counts differ (text the tokenizer's cleaning changed, byte pieces) word i takes the pieces of
+SentencePiece words i*k/n up to (i+1)*k/n, so every word has pieces and the order is kept. A language code piece
+the translator puts before the source (decode.prefix) is not a word.
 
-The hard alignment (`links`, what nmt.translation.documents.inline places spans by) is symmetrized, as Moses/fast_align
-symmetrize their two directions: the intersection of each target word's best source word and each source word's best
-target word, grown to union points next to (diagonals included) an agreed point whose target AND source words are both
-still unaligned ("grow-1:1"; the usual grow-diag needs only one of them). Punctuation pieces of a source word with
-letters are left out of its scores ("euros." is "euros"). Why, measured by bench/inline_fidelity.py (200 held-out
-demo sentences; 500 agree within 2.5 points): a trailing target word attends to the last source word and its "."
-("fünfzehn Euro gekauft." all align to "euros."), so the argmax of rows alone puts 70.5% of the tags right; in the
-source -> target direction "euros" has one best word, "Euro", so the intersection drops "gekauft" (86.5%), without
-the punctuation pieces 89.1%, grown one-to-one 90.4%. The usual grow-diag re-adds "gekauft" beside "Euro" (74.4%);
-column-normalised scores 79.5%; the first decoder layer, the mean of both, or the attention of step t + 1 are
-worse with every rule (the demo model has 2 layers), so the search's own last layer is kept: no extra pass.
-On the Multi30k en-de model (4 layers; `--corpus multi30k`, 200 test2016 sentences) the same rule put 87.0% right:
-there a frequent source word (a verb, the last noun) is most attended by its neighbours' target words too. Dividing
-each source word's column by its sum ** 0.85 before the links (`balanced`) gives 94.4% there and 90.4% on the demo
-(unchanged); on another 200 sentences each (seed 8), 91.2% (from 84.4%) and 88.2% (unchanged). The power was chosen
-from 0 (rows only), 0.6, 0.75, 0.85, 1 (columns only) and 1.25 on the first 200; 1 is 89.7% on the demo."""
+The hard alignment (`links`, rule "grow-1:1") is symmetrized, as Moses/fast_align symmetrize their two directions:
+the intersection of each target word's best source word and each source word's best target word, grown to union
+points next to (diagonals included) an agreed point whose target AND source words are both still unaligned (the
+usual grow-diag needs only one of them), from scores without a source word's punctuation pieces ("euros." is
+"euros") and with each source word's column divided by its sum ** COLUMN_POWER (`balanced`). Why, in a sentence:
+the argmax of each target word's row alone lets a sentence-final source word and its "." take the trailing target
+words, and a frequent source word take its neighbours' target words; both directions agreeing, one to one, with
+balanced columns, undoes most of both. The figures of every rule measured (and how COLUMN_POWER was chosen) are
+bench/inline_fidelity.py's, in its docstring."""
 
 from __future__ import annotations
 
