@@ -18,8 +18,8 @@ from nmt.serve.http_errors import ApiError, shown, validation_message
 from nmt.serve.native import Api
 from nmt.serve.web import BaseModel, FastAPI, Field, JSONResponse, Request, ValidationError
 from nmt.serve.worker import Service
+from nmt.translation.alignment import aligned
 from nmt.translation.documents.html import parse_html
-from nmt.translation.documents.paragraphs import aligned
 from nmt.workbudget import OverBudget, WorkBudget, bounded
 
 T = TypeVar("T")

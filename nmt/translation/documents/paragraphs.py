@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from nmt.translation.alignment import COLUMN_POWER, LINKS, aligned, balanced, links  # noqa: F401  (their users import them here)
+from nmt.translation.alignment import aligned
 from nmt.translation.documents.inline import Paragraph
 from nmt.translation.translator import Translator
 
