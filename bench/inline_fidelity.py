@@ -12,14 +12,30 @@ a mistranslated one counts as a failure in the overall figure and is left out of
     python bench/inline_fidelity.py --n 500 --methods search argmax
     python bench/inline_fidelity.py --corpus multi30k --checkpoint runs/multi30k-en-de/averaged.pt --methods search
 
-Methods: where the scores come from, then how the hard alignment is made (nmt.translation.documents.paragraphs.links).
+Methods: where the scores come from, then how the hard alignment is made (nmt.translation.alignment.links).
 Scores: the decoder's last layer as the search computed it (no extra pass); `layer0`, the first layer (search with
 --attention-layer 0); `mean`, every layer and head averaged (a teacher-forced pass over the translation); `next`,
 each target word read from the step that takes it as input instead of the step that produced it; `colnorm`, each
 source word's column divided by its sum; `punct`, a source word's punctuation pieces kept in its scores. `search`
-is what `nmt serve` and nmt.translation.documents.paragraphs use: the last layer, punctuation pieces left out, each
-source word's column divided by its sum ** 0.85 (nmt.translation.documents.paragraphs.balanced), grow-1:1; `grow-1:1
-rows` the same without that division.
+is the rule of nmt.translation.alignment.aligned, what documents, `nmt serve`, glossaries and `nmt translate
+--alignment` use: the last layer, punctuation pieces left out, each source word's column divided by its sum ** 0.85
+(nmt.translation.alignment.balanced, COLUMN_POWER), grow-1:1; `grow-1:1 rows` the same without that division;
+`argmax`, each target word's row alone (what `nmt translate --alignment` wrote before it took the documents' rule).
+
+Figures (200 held-out demo sentences, the committed demo model; 500 agree within 2.5 points), share of the judged
+sentences whose tag lands right: a trailing target word attends to the last source word and its "." ("fünfzehn
+Euro gekauft." all align to "euros."), so `argmax` puts 70.5% of the tags right; in the source -> target direction
+"euros" has one best word, "Euro", so `intersect punct` drops "gekauft" (86.5%), `intersect` (without the
+punctuation pieces) 89.1%, `grow-1:1 rows` (grown one-to-one) 90.4%. The usual `grow-diag` re-adds "gekauft" beside
+"Euro" (74.4%); `argmax colnorm` 79.5%; the first decoder layer (`layer0`), the mean of both (`mean`), or the
+attention of step t + 1 (`next`) are worse with every rule (the demo model has 2 layers), so the search's own last
+layer is kept: no extra pass.
+On the Multi30k en-de model (4 layers; `--corpus multi30k`, 200 test2016 sentences) `grow-1:1 rows` put 87.0%
+right: there a frequent source word (a verb, the last noun) is most attended by its neighbours' target words too.
+Dividing each source word's column by its sum ** 0.85 before the links (`search`) gives 94.4% there and 90.4% on
+the demo (unchanged); on another 200 sentences each (seed 8), 91.2% (from 84.4%) and 88.2% (unchanged). The power
+was chosen from 0 (rows only), 0.6, 0.75, 0.85, 1 (columns only) and 1.25 on the first 200; 1 (`grow-1:1
+colnorm`) is 89.7% on the demo.
 """
 
 from __future__ import annotations
@@ -40,13 +56,13 @@ sys.path.insert(0, str(ROOT))
 from nmt.data.batching import collate  # noqa: E402
 from nmt.demo.clock import generate_splits  # noqa: E402
 from nmt.demo.german import ADJECTIVES, MONTHS, NOUNS, generate_pairs  # noqa: E402
+from nmt.translation.alignment import aligned, links  # noqa: E402
 from nmt.translation.documents.inline import Paragraph, Run  # noqa: E402
-from nmt.translation.documents.paragraphs import aligned, links  # noqa: E402
 from nmt.translation.translator import Translator  # noqa: E402
 
 CHECKPOINT = ROOT / "tests" / "data" / "demo-model.pt"
 # name: (scores: search / layer0 / mean, next step, links, punctuation kept, columns normalised: True, or None:
-# nmt.translation.documents.paragraphs.balanced's default power)
+# nmt.translation.alignment.balanced's default power)
 METHODS = {"argmax": ("search", False, "argmax", True, False),  # the first version
            "argmax next": ("search", True, "argmax", True, False),
            "argmax layer0": ("layer0", False, "argmax", True, False),
@@ -60,7 +76,7 @@ METHODS = {"argmax": ("search", False, "argmax", True, False),  # the first vers
            "grow-diag": ("search", False, "grow-diag", False, False),
            "grow-diag-final-and": ("search", False, "grow-diag-final-and", False, False),
            "grow-1:1 rows": ("search", False, "grow-1:1", False, False),  # grow-1:1 -punct, rows as they are
-           # balanced columns too: what nmt.translation.documents.paragraphs does
+           # balanced columns too: what nmt.translation.alignment.aligned does
            "search": ("search", False, "grow-1:1", False, None),
            "grow-1:1 colnorm": ("search", False, "grow-1:1", False, True),
            "grow-1:1 next": ("search", True, "grow-1:1", False, False),

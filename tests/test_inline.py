@@ -112,7 +112,7 @@ def test_punctuation_glued_to_a_word_stays_outside_a_span_that_had_none():
     assert tagged(Paragraph(runs).render(["zweiundvierzig & sieben!"])) == "zweiundvierzig & <b>sieben</b>!"
 
 
-# ---- symmetrized alignment (nmt.translation.documents.paragraphs.links) on hand-built word scores
+# ---- symmetrized alignment (nmt.translation.alignment.links) on hand-built word scores
 
 # "bought for euros." -> "für Euro gekauft.": the trailing "gekauft." attends most to "euros." (its "." and the
 # sentence end), "bought"'s best target word is "gekauft"
@@ -127,7 +127,7 @@ def pairs(links: np.ndarray) -> set[tuple[int, int]]:
 
 
 def test_symmetrization_keeps_the_pairs_both_directions_agree_on():
-    from nmt.translation.documents.paragraphs import links
+    from nmt.translation.alignment import links
 
     assert pairs(links(BOUGHT, "argmax")) == {(0, 1), (1, 2), (2, 2)}
     assert pairs(links(BOUGHT, "intersect")) == {(0, 1), (1, 2)}  # "euros" has one best word: "Euro"
@@ -141,7 +141,7 @@ def test_symmetrization_keeps_the_pairs_both_directions_agree_on():
 
 
 def test_grow_takes_a_diagonal_neighbour_whose_two_words_are_unaligned():
-    from nmt.translation.documents.paragraphs import links
+    from nmt.translation.alignment import links
 
     red_car = np.array([[0.6, 0.4],     # rote: argmax "red"
                         [0.55, 0.45]])  # Auto: argmax "red" too, but it is "car"'s best word
@@ -153,7 +153,7 @@ def test_grow_takes_a_diagonal_neighbour_whose_two_words_are_unaligned():
 
 
 def test_a_trailing_word_no_longer_joins_the_span_of_the_last_source_word():
-    from nmt.translation.documents.paragraphs import links
+    from nmt.translation.alignment import links
 
     runs = [Run("bought for "), Run("euros", ("b",)), Run(".")]
     text = "für Euro gekauft."
@@ -168,7 +168,7 @@ def test_a_trailing_word_no_longer_joins_the_span_of_the_last_source_word():
 def test_a_source_words_punctuation_pieces_are_left_out_of_its_scores():
     from types import SimpleNamespace
 
-    from nmt.translation.documents.paragraphs import aligned
+    from nmt.translation.alignment import aligned
 
     pieces = {"src": ["▁bought", "▁euros", "."], "tgt": ["▁Euro", "▁gekauft", "."]}
     tokenizer = SimpleNamespace(src_id_pieces=lambda ids: pieces["src"], tgt_pieces=lambda ids: pieces["tgt"],
@@ -185,7 +185,7 @@ def test_a_source_words_punctuation_pieces_are_left_out_of_its_scores():
 
 
 def test_a_source_word_attended_by_every_row_does_not_take_them_all():
-    from nmt.translation.documents.paragraphs import balanced, links
+    from nmt.translation.alignment import balanced, links
 
     scores = np.array([[0.7, 0.3], [0.55, 0.45]])  # both rows' best is source word 0, which both attend to
     assert pairs(links(scores, "argmax")) == {(0, 0), (1, 0)}
@@ -226,7 +226,7 @@ def translator():
 
 
 def test_the_demo_model_puts_each_tag_on_the_translated_words(translator):
-    from nmt.translation.documents.paragraphs import aligned
+    from nmt.translation.alignment import aligned
 
     fragments = {"<p>the <b>twenty-sixth</b> of <i>December</i> eighteen forty-three</p>":
                  "<p>der <b>sechsundzwanzigste</b> <i>Dezember</i> achtzehnhundertdreiundvierzig</p>",

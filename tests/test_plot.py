@@ -1,4 +1,4 @@
-"""Plots (curves, attention heatmaps, grids) and hard word alignment from attention."""
+"""Plots (curves, attention heatmaps, grids); word alignment is tests/test_alignment.py's."""
 
 from __future__ import annotations
 
@@ -17,13 +17,10 @@ from nmt.plot.charts import (
     DPI,
     attention_figsize,
     attention_grid_figsize,
-    format_pharaoh,
     plot_attention,
     plot_attention_grid,
     plot_curves,
     require_matplotlib,
-    word_alignment,
-    word_spans,
 )
 from nmt.rundir import read_metrics
 
@@ -187,76 +184,7 @@ def test_plot_attention_grid_png_size(tmp_path: Path) -> None:
         plot_attention_grid(attn[0], SRC, TGT, tmp_path / "bad.png")
 
 
-# ---- word spans and alignment ------------------------------------------------------------------
-
-
-def test_word_spans() -> None:
-    assert word_spans([]) == []
-    assert word_spans(["▁forty", "-", "two", "▁cats"]) == [(0, 3), (3, 4)]
-    assert word_spans(["un", "▁known"]) == [(0, 1), (1, 2)]  # the first piece always starts a word
-    assert word_spans(["▁", "4", "2", "▁x"]) == [(0, 3), (3, 4)]
-
-
-# source words: "forty-two"(3 pieces) "cats"(1) "sleep"(2); target words: "zwei"(1) "und"(1) "vierzig"(2)
-SRC_P = ["▁forty", "-", "two", "▁cats", "▁sle", "ep"]
-TGT_P = ["▁A", "▁B", "▁C", "c"]
-
-
-def piece_matrix(word_map: dict[int, int]) -> np.ndarray:
-    """A [T, S] piece attention where each target word's pieces attend evenly to one source word."""
-    src_words, tgt_words = word_spans(SRC_P), word_spans(TGT_P)
-    m = np.full((len(TGT_P), len(SRC_P)), 0.01)
-    for j, (ts, te) in enumerate(tgt_words):
-        s, e = src_words[word_map[j]]
-        m[ts:te, s:e] += 0.9 / (e - s)
-    return m / m.sum(axis=1, keepdims=True)
-
-
-def test_word_alignment_diagonal_and_anti_diagonal() -> None:
-    diag = piece_matrix({0: 0, 1: 1, 2: 2})
-    assert word_alignment(diag, SRC_P, TGT_P) == [(0, 0), (1, 1), (2, 2)]
-    anti = piece_matrix({0: 2, 1: 1, 2: 0})
-    pairs = word_alignment(anti, SRC_P, TGT_P)
-    assert pairs == [(0, 2), (1, 1), (2, 0)]
-    assert format_pharaoh(pairs) == "0-2 1-1 2-0"
-    assert format_pharaoh([]) == ""
-
-
-def test_word_alignment_sums_source_pieces() -> None:
-    # Piece-level argmax would pick "cats" (0.3 > 0.25 each) but "forty-two" holds 0.75 in total.
-    m = np.zeros((1, len(SRC_P)))
-    m[0, :3] = 0.22
-    m[0, 3] = 0.3
-    assert word_alignment(m, SRC_P, ["▁x"]) == [(0, 0)]
-
-
-def test_word_alignment_means_target_pieces() -> None:
-    # Target word 2 = pieces 2,3: one leans to src word 1 weakly, the other strongly to word 2.
-    m = np.full((len(TGT_P), len(SRC_P)), 0.0)
-    m[0, 0] = m[1, 3] = 1.0
-    m[2, 3], m[2, 4] = 0.55, 0.45
-    m[3, 4] = 1.0
-    assert word_alignment(m, SRC_P, TGT_P) == [(0, 0), (1, 1), (2, 2)]
-
-
-def test_word_alignment_trims_eos() -> None:
-    m = piece_matrix({0: 1, 1: 0, 2: 2})
-    big = np.zeros((m.shape[0] + 1, m.shape[1] + 1))
-    big[:-1, :-1] = m * 0.5
-    big[:, -1] = 0.6  # the EOS column wins every row at piece level, but must be ignored
-    assert word_alignment(big, SRC_P, TGT_P) == [(0, 1), (1, 0), (2, 2)]
-    assert word_alignment(big, [], TGT_P) == []
-    with pytest.raises(ValueError, match="smaller"):
-        word_alignment(m[:, :2], SRC_P, TGT_P)
-
-
 def test_unwritable_output_is_user_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(NmtError, match="file is not a directory"):  # a path under a regular file
         plot_attention(np.eye(2), ["▁a", "▁b"], ["▁x", "▁y"], tmp_path / "file" / "a.png")
-
-
-def test_word_alignment_accepts_bf16_tensor() -> None:
-    torch = pytest.importorskip("torch")
-    m = torch.tensor(piece_matrix({0: 2, 1: 1, 2: 0}), dtype=torch.bfloat16)
-    assert word_alignment(m, SRC_P, TGT_P) == [(0, 2), (1, 1), (2, 0)]

@@ -145,13 +145,15 @@ def translate(
     quantize: QuantizeOpt = None,
     attention: Annotated[Path | None, typer.Option(
         help="Save a cross-attention heatmap PNG per sentence into this dir (needs nmt\\[plot]).")] = None,
-    attention_layer: Annotated[int, typer.Option(help="Decoder layer for --attention (-1 = last).")] = -1,
+    attention_layer: Annotated[int, typer.Option(
+        help="Decoder layer for --attention and --alignment (-1 = last).")] = -1,
     all_heads: Annotated[bool, typer.Option(
         "--all-heads", help="With --attention: also a grid of every head of every layer.")] = False,
     encoder_attention: Annotated[bool, typer.Option(
         "--encoder-attention", help="With --attention: also plot encoder self-attention.")] = False,
     alignment: Annotated[Path | None, typer.Option(
-        help="Write hard alignments (argmax of cross-attention, Pharaoh 'i-j') to this file.")] = None,
+        help="Write the best translation's word alignment (the symmetrized cross-attention links documents use; "
+             "Pharaoh 'i-j': source word i, target word j, whitespace words), one line per input line.")] = None,
     progress: Annotated[bool | None, typer.Option(
         "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).")] = None,
 ) -> None:

@@ -1,2 +1,2 @@
-"""Pictures: training curves, attention heatmaps and alignments (charts), the paper's mechanisms (paper).
+"""Pictures: training curves and attention heatmaps (charts), the paper's mechanisms (paper).
 matplotlib is optional: imported inside the functions that draw."""

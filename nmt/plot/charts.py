@@ -1,7 +1,7 @@
-"""Pictures of a run: training curves, attention heatmaps, and hard word alignments from attention.
+"""Pictures of a run: training curves and attention heatmaps (word alignment is nmt.translation.alignment's).
 
 matplotlib is optional (`pip install 'nmt[plot]'`), so it is imported inside the functions that draw,
-never at module level; the alignment helpers need only numpy. Figures are built with
+never at module level. Figures are built with
 `matplotlib.figure.Figure` on an Agg canvas (no pyplot, no global backend state) at a fixed DPI, so
 a PNG's pixel size is exactly figsize * DPI (`attention_figsize`, `attention_grid_figsize`,
 `CURVES_FIGSIZE`). Every PNG is written atomically: a temp file in the target dir, then os.replace.
@@ -42,7 +42,6 @@ PANEL_CELL, PANEL_MIN, PANEL_MAX = 0.12, 1.5, 3.0  # one head's panel in the all
 GRID_MAX_W, GRID_MAX_H = 40.0, 40.0
 
 INSTALL_HINT = "plotting needs matplotlib: pip install 'nmt[plot]'"
-WORD_START = "\u2581"  # SentencePiece's word-boundary marker "▁"
 
 
 def require_matplotlib() -> None:
@@ -309,54 +308,3 @@ def plot_attention_grid(attn: Any, src_labels: Sequence[str], tgt_labels: Sequen
         fig.colorbar(image, ax=axes, fraction=0.02, pad=0.01)
     figure_title(fig, title, width)
     return save_figure(fig, out)
-
-
-# ---- hard word alignment -------------------------------------------------------------------------
-
-
-def word_spans(pieces: Sequence[str]) -> list[tuple[int, int]]:
-    """Group SentencePiece pieces into words: [start, end) piece spans, one per word.
-
-    A piece starting with "▁" starts a new word; the first piece always does.
-    """
-    starts = [i for i, p in enumerate(pieces) if i == 0 or p.startswith(WORD_START)]
-    ends = starts[1:] + [len(pieces)]
-    return [(s, e) for s, e in zip(starts, ends[: len(starts)], strict=True)]
-
-
-def word_alignment(matrix: Any, src_pieces: Sequence[str],
-                   tgt_pieces: Sequence[str]) -> list[tuple[int, int]]:
-    """Hard word alignment from a [T, S] piece attention matrix: Pharaoh pairs (src word i, tgt word j).
-
-    Each target word aligns to its highest-scoring source word (`word_scores`). Returns pairs sorted by
-    (i, j), 0-based.
-    """
-    scores = word_scores(matrix, src_pieces, tgt_pieces)
-    if scores.size == 0:
-        return []
-    return sorted((int(i), j) for j, i in enumerate(scores.argmax(axis=1)))
-
-
-def word_scores(matrix: Any, src_pieces: Sequence[str], tgt_pieces: Sequence[str],
-                src_words: Sequence[tuple[int, int]] | None = None,
-                tgt_words: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
-    """Piece attention [T, S] aggregated to words: [target words, source words] (sum over a source word's pieces,
-    mean over a target word's pieces). Words are [start, end) piece spans, `word_spans` of the pieces unless given.
-    Trailing rows/columns beyond the pieces (the EOS the model adds) are ignored."""
-    m = _as_array(matrix, 2, "attention matrix")
-    n_tgt, n_src = len(tgt_pieces), len(src_pieces)
-    if m.shape[0] < n_tgt or m.shape[1] < n_src:
-        raise ValueError(f"attention matrix {tuple(m.shape)} is smaller than {n_tgt} target x {n_src} "
-                         "source pieces")
-    src_words = word_spans(src_pieces) if src_words is None else src_words
-    tgt_words = word_spans(tgt_pieces) if tgt_words is None else tgt_words
-    if n_tgt == 0 or n_src == 0 or not src_words or not tgt_words:
-        return np.zeros((len(tgt_words) if n_tgt else 0, len(src_words) if n_src else 0))
-    m = m[:n_tgt, :n_src]
-    by_src = np.stack([m[:, s:e].sum(axis=1) for s, e in src_words], axis=1)  # [T, S_words]
-    return np.stack([by_src[s:e].mean(axis=0) for s, e in tgt_words])  # [T_words, S_words]
-
-
-def format_pharaoh(pairs: Sequence[tuple[int, int]]) -> str:
-    """Pharaoh format: "i-j" pairs separated by spaces, e.g. "0-0 1-2 2-1"."""
-    return " ".join(f"{i}-{j}" for i, j in pairs)

@@ -1,30 +1,24 @@
-"""Word alignment, its one owner (nmt.translation.documents.inline places formatting on the aligned words,
-nmt.translation.terminology puts glossary terms in place of them), from the model's own cross-attention: a translation's
-piece attention (Hypothesis.attention, from the search itself: no extra pass) aggregated to the whitespace-separated
-words that nmt.translation.documents.inline places formatting on (nmt.plot.charts.word_scores: sum over a source word's
-pieces, mean over a target word's).
+"""Word alignment, its one owner: which whitespace-separated words of a translation translate which words of its
+source, from the model's own cross-attention. nmt.translation.documents places inline formatting on the aligned
+words, nmt.translation.terminology puts glossary terms in place of them, and `nmt translate --alignment FILE`
+writes them (Pharaoh "i-j" pairs, `format_pharaoh`).
 
-SentencePiece words (a piece starting with "▁" starts one) are the whitespace words of the text on both sides
-almost always; where the counts differ (text the tokenizer's cleaning changed, byte pieces) word i takes the
-pieces of SentencePiece words i*k/n up to (i+1)*k/n, so every word has pieces and the order is kept. A language
-code piece the translator puts before the source (decode.prefix) is not a word.
+Word scores: a translation's piece attention (Hypothesis.attention, from the search itself: no extra pass)
+aggregated to words (`word_scores`: sum over a source word's pieces, mean over a target word's). SentencePiece words
+(a piece starting with "▁" starts one: `word_spans`) are the whitespace words of the text on both sides almost
+always; where the counts differ (text the tokenizer's cleaning changed, byte pieces) word i takes the pieces of
+SentencePiece words i*k/n up to (i+1)*k/n, so every word has pieces and the order is kept. A language code piece
+the translator puts before the source (decode.prefix) is not a word.
 
-The hard alignment (`links`, what nmt.translation.documents.inline places spans by) is symmetrized, as Moses/fast_align
-symmetrize their two directions: the intersection of each target word's best source word and each source word's best
-target word, grown to union points next to (diagonals included) an agreed point whose target AND source words are both
-still unaligned ("grow-1:1"; the usual grow-diag needs only one of them). Punctuation pieces of a source word with
-letters are left out of its scores ("euros." is "euros"). Why, measured by bench/inline_fidelity.py (200 held-out
-demo sentences; 500 agree within 2.5 points): a trailing target word attends to the last source word and its "."
-("fünfzehn Euro gekauft." all align to "euros."), so the argmax of rows alone puts 70.5% of the tags right; in the
-source -> target direction "euros" has one best word, "Euro", so the intersection drops "gekauft" (86.5%), without
-the punctuation pieces 89.1%, grown one-to-one 90.4%. The usual grow-diag re-adds "gekauft" beside "Euro" (74.4%);
-column-normalised scores 79.5%; the first decoder layer, the mean of both, or the attention of step t + 1 are
-worse with every rule (the demo model has 2 layers), so the search's own last layer is kept: no extra pass.
-On the Multi30k en-de model (4 layers; `--corpus multi30k`, 200 test2016 sentences) the same rule put 87.0% right:
-there a frequent source word (a verb, the last noun) is most attended by its neighbours' target words too. Dividing
-each source word's column by its sum ** 0.85 before the links (`balanced`) gives 94.4% there and 90.4% on the demo
-(unchanged); on another 200 sentences each (seed 8), 91.2% (from 84.4%) and 88.2% (unchanged). The power was chosen
-from 0 (rows only), 0.6, 0.75, 0.85, 1 (columns only) and 1.25 on the first 200; 1 is 89.7% on the demo."""
+The hard alignment (`links`, rule "grow-1:1") is symmetrized, as Moses/fast_align symmetrize their two directions:
+the intersection of each target word's best source word and each source word's best target word, grown to union
+points next to (diagonals included) an agreed point whose target AND source words are both still unaligned (the
+usual grow-diag needs only one of them), from scores without a source word's punctuation pieces ("euros." is
+"euros") and with each source word's column divided by its sum ** COLUMN_POWER (`balanced`). Why, in a sentence:
+the argmax of each target word's row alone lets a sentence-final source word and its "." take the trailing target
+words, and a frequent source word take its neighbours' target words; both directions agreeing, one to one, with
+balanced columns, undoes most of both. The figures of every rule measured (and how COLUMN_POWER was chosen) are
+bench/inline_fidelity.py's, in its docstring."""
 
 from __future__ import annotations
 
@@ -33,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from nmt.plot.charts import word_scores, word_spans
 from nmt.tokenizer import Tokenizer
 from nmt.translation.documents.inline import Aligned
+
+WORD_START = "\u2581"  # SentencePiece's word-boundary marker "▁"
 
 
 def aligned(tokenizer: Tokenizer, result: Any, matrix: Any = None, method: str = "grow-1:1",
@@ -53,7 +48,7 @@ def aligned(tokenizer: Tokenizer, result: Any, matrix: Any = None, method: str =
         return Aligned(text)
     src_pieces = tokenizer.src_id_pieces(result.src_ids)
     prefix = max(0, len(result.src_ids) - len(tokenizer.encode_src([result.source])[0]))
-    matrix = np.asarray(matrix.float() if hasattr(matrix, "float") else matrix, dtype=np.float64)[:, prefix:]
+    matrix = as_matrix(matrix)[:, prefix:]
     src_pieces = src_pieces[prefix:]
     tgt_pieces = tokenizer.tgt_pieces(hyp.tokens)
     n_src, n_tgt = len(result.source.split()), len(text.split())
@@ -70,7 +65,7 @@ def aligned(tokenizer: Tokenizer, result: Any, matrix: Any = None, method: str =
     return Aligned(text, scores, links(balanced(scores, column_power), method))
 
 
-COLUMN_POWER = 0.85  # see the module docstring
+COLUMN_POWER = 0.85  # see the module docstring; bench/inline_fidelity.py measured it
 
 
 def balanced(scores: np.ndarray, power: float | None = None) -> np.ndarray:
@@ -133,3 +128,57 @@ def _words(pieces: Sequence[str], n: int) -> list[tuple[int, int]]:
         b = max((i + 1) * k // n, a + 1)
         spans.append((spm[a][0], spm[b - 1][1]))
     return spans
+
+
+def link_pairs(hard: np.ndarray | None) -> list[tuple[int, int]]:
+    """The (source word i, target word j) pairs of a hard alignment [target words, source words] (`links`, or
+    Aligned.links), sorted by (i, j) as Pharaoh lists them; None (no alignment) has none."""
+    if hard is None:
+        return []
+    return sorted((int(i), int(j)) for j, i in zip(*np.nonzero(hard), strict=True))
+
+
+def format_pharaoh(pairs: Sequence[tuple[int, int]]) -> str:
+    """Pharaoh format: "i-j" pairs (source word i, target word j, 0-based) separated by spaces, e.g. "0-0 1-2 2-1"."""
+    return " ".join(f"{i}-{j}" for i, j in pairs)
+
+
+def word_spans(pieces: Sequence[str]) -> list[tuple[int, int]]:
+    """Group SentencePiece pieces into words: [start, end) piece spans, one per word.
+
+    A piece starting with "▁" starts a new word; the first piece always does.
+    """
+    starts = [i for i, p in enumerate(pieces) if i == 0 or p.startswith(WORD_START)]
+    ends = starts[1:] + [len(pieces)]
+    return [(s, e) for s, e in zip(starts, ends[: len(starts)], strict=True)]
+
+
+def word_scores(matrix: Any, src_pieces: Sequence[str], tgt_pieces: Sequence[str],
+                src_words: Sequence[tuple[int, int]] | None = None,
+                tgt_words: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
+    """Piece attention [T, S] aggregated to words: [target words, source words] (sum over a source word's pieces,
+    mean over a target word's pieces). Words are [start, end) piece spans, `word_spans` of the pieces unless given.
+    Trailing rows/columns beyond the pieces (the EOS the model adds) are ignored."""
+    m = as_matrix(matrix)
+    n_tgt, n_src = len(tgt_pieces), len(src_pieces)
+    if m.shape[0] < n_tgt or m.shape[1] < n_src:
+        raise ValueError(f"attention matrix {tuple(m.shape)} is smaller than {n_tgt} target x {n_src} "
+                         "source pieces")
+    src_words = word_spans(src_pieces) if src_words is None else src_words
+    tgt_words = word_spans(tgt_pieces) if tgt_words is None else tgt_words
+    if n_tgt == 0 or n_src == 0 or not src_words or not tgt_words:
+        return np.zeros((len(tgt_words) if n_tgt else 0, len(src_words) if n_src else 0))
+    m = m[:n_tgt, :n_src]
+    by_src = np.stack([m[:, s:e].sum(axis=1) for s, e in src_words], axis=1)  # [T, S_words]
+    return np.stack([by_src[s:e].mean(axis=0) for s, e in tgt_words])  # [T_words, S_words]
+
+
+def as_matrix(x: Any) -> np.ndarray:
+    """A 2-D piece attention as float64 numpy: numpy, nested lists or a torch tensor (any device or dtype, bf16
+    included); NaN and infinities become 0."""
+    if hasattr(x, "detach"):  # torch: bf16 has no numpy dtype and CUDA memory must come home first
+        x = x.detach().float().cpu()
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValueError(f"attention matrix must have 2 dimensions, got shape {tuple(arr.shape)}")
+    return np.nan_to_num(arr, nan=0.0, posinf=0.0, neginf=0.0)

@@ -30,6 +30,7 @@ from nmt.log import console, progress_bar, show_progress
 from nmt.rundir import checkpoint_to_translate
 from nmt.tokenizer import Tokenizer
 from nmt.translation import documents, glossary
+from nmt.translation.alignment import aligned, format_pharaoh, link_pairs
 from nmt.translation.glossary import Glossary
 from nmt.translation.translator import ModelOptions, Translation, Translator
 
@@ -215,7 +216,8 @@ def _progress(enabled: bool, total: int | None) -> Iterator[Callable[[int], None
 
 
 class _Visuals:
-    """Attention heatmaps (`--attention DIR`) and hard word alignments (`--alignment FILE`).
+    """Attention heatmaps (`--attention DIR`) and hard word alignments (`--alignment FILE`: nmt.translation.alignment's
+    links of the best hypothesis, as Pharaoh "i-j" pairs of whitespace words, one line per input line).
 
     The cross-attention comes from the search's own forward pass (Hypothesis.attention: the chosen
     decoder layer averaged over heads). The optional every-head grid and encoder self-attention are
@@ -233,20 +235,16 @@ class _Visuals:
             opts.attention_dir.mkdir(parents=True, exist_ok=True)
 
     def add(self, line_no: int, result: Translation, translator: Translator) -> None:
+        if self.align:  # the best hypothesis's links, the rule documents use; an empty line gets an empty line
+            self.align.write(format_pharaoh(link_pairs(aligned(self.tokenizer, result).links)) + "\n")
+        out = self.opts.attention_dir
+        if out is None or not result.hypotheses:
+            return
         from nmt.plot import charts as plot
 
-        if not result.hypotheses:
-            if self.align:
-                self.align.write("\n")
-            return
         hyp = result.hypotheses[0]
         src_pieces = self.tokenizer.src_id_pieces(result.src_ids)
         tgt_pieces = self.tokenizer.tgt_pieces(hyp.tokens)
-        if self.align:
-            self.align.write(plot.format_pharaoh(plot.word_alignment(hyp.attention, src_pieces, tgt_pieces)) + "\n")
-        out = self.opts.attention_dir
-        if out is None:
-            return
         layer = self.opts.attention_layer
         title = f"line {line_no}: decoder layer {layer} cross-attention (mean of heads)"
         plot.plot_attention(hyp.attention, src_pieces, tgt_pieces, out / f"{line_no:06d}.png", title=title)

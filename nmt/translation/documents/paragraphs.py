@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from nmt.tokenizer import Tokenizer
-from nmt.translation.alignment import COLUMN_POWER, LINKS, aligned, balanced, links  # noqa: F401  (their users import them here)
+from nmt.translation.alignment import aligned
 from nmt.translation.documents.inline import Paragraph
 from nmt.translation.glossary import Glossary
 from nmt.translation.translator import SentenceTranslator, Translation
