@@ -138,7 +138,7 @@ def translate_with_alignment(tmp_path: Path, *options: str) -> tuple[list[str], 
 def test_translate_alignment_writes_the_links_documents_use(search, translator, tmp_path) -> None:
     options = [f"--{k}={v}" for k, v in search.items()]
     out, align = translate_with_alignment(tmp_path, *options)
-    results = translator.translate_chunk(LINES, need_attention=True, **search)
+    results = translator.translate_chunk(LINES, need_attention=True, decode=translator.decode_with(**search))
     best = [r.text[0] for r in results]
     if search:  # n-best rows "line<TAB>text<TAB>score": the best first, an empty line one row
         rows = [row.split("\t") for row in out]
