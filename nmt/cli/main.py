@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from nmt.cli import tools  # noqa: F401  (registers the commands around a trained model)
 from nmt.cli.common import (
     ConfigOpt,
     DeviceOpt,
@@ -178,9 +179,6 @@ def translate(
     translate_file(load_options_config(config, settings, decode=changes), opts, input, output)
 
 
-from nmt.cli import tools as cli_tools  # noqa: E402, F401  (its commands, listed between translate and serve)
-
-
 @app.command()
 @user_errors
 def serve(
@@ -221,6 +219,11 @@ def serve(
     opts = ServeOptions(checkpoints=checkpoint or [], device=device, dtype=dtype, threads=threads, quantize=quantize,
                         api_key=api_key, access_log=access_log, config_given=config is not None)
     run(load_options_config(config, settings), opts)
+
+
+# `nmt --help` lists the pipeline, then the commands around a trained model, then serving
+ORDER = ("prepare", "train", "translate", "average", "score", "plot", "info", "import", "export", "explain", "serve")
+app.registered_commands.sort(key=lambda c: ORDER.index(c.name or c.callback.__name__))
 
 
 def main(args: list[str] | None = None) -> None:
