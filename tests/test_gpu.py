@@ -56,7 +56,9 @@ from .conftest import (
     run_cli,
     tiny_config,
 )
-from .test_golden import CHECKPOINT, DATA, MODES, SOURCE_SHA256, first_difference, same_scored_lines
+from .golden import DATA, first_difference, same_scored_lines
+from .golden import DEMO as CHECKPOINT
+from .test_golden import MODES, SOURCE_SHA256
 
 DEVICE_NAME = os.environ.get("NMT_GPU_TESTS_DEVICE") or "cuda"
 if DEVICE_NAME not in ("cuda", "cpu"):
