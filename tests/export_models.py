@@ -1,12 +1,12 @@
 """The models `nmt export` is proven on (session fixtures shared by tests/test_export_*.py), one of each kind
 the exporters must handle, and the 100 test lines they translate:
 
-- tiny: the demo model (tests/data/demo-model.pt): post-norm, interleaved sinusoids, joint vocabulary, tied, relu
+- tiny: the demo model (tests/fixtures/demo-model.pt): post-norm, interleaved sinusoids, joint vocabulary, tied, relu
 - prenorm: the Multi30k config's shape (4+4 layers, d_model 128, 4 heads, d_ff 256, pre-norm), with gelu and
   Marian's sin/cos halves, briefly trained on the demo corpus
 - separate: separate source/target vocabularies and untied embeddings, post-norm, briefly trained
 - marian: a Hugging Face MarianMTModel (swish, halves, scaled embeddings, a logits bias, <pad> last), trained
-  by tests/data/make_marian_model.py and committed in tests/data/marian-en-de, brought in with `nmt import`
+  by tests/fixtures/make_marian_model.py and committed in tests/fixtures/marian-en-de, brought in with `nmt import`
 
 tests/conftest.py registers the fixtures once, so every test module shares one build per session.
 """
@@ -21,10 +21,10 @@ from nmt.config.experiment import load_config
 from nmt.data.prepare import prepare
 from nmt.rundir import RunDir
 from nmt.train.loop import train
+from tests.helpers.paths import DEMO_MODEL, MARIAN_MODEL
 
 from .conftest import tiny_config
 
-ROOT = Path(__file__).resolve().parent
 KINDS = ("tiny", "prenorm", "separate", "marian")
 
 
@@ -38,7 +38,7 @@ def export_lines(demo_raw) -> list[str]:
 def export_models(tmp_path_factory, demo_raw, demo_data) -> dict[str, Path]:
     """kind -> checkpoint path, for every kind in KINDS (built on first use, once per session)."""
     root = tmp_path_factory.mktemp("export-models")
-    return {"tiny": ROOT / "data" / "demo-model.pt", "prenorm": _prenorm(root, demo_data),
+    return {"tiny": DEMO_MODEL, "prenorm": _prenorm(root, demo_data),
             "separate": _separate(root, demo_raw), "marian": _marian(root)}
 
 
@@ -70,4 +70,4 @@ def _separate(root: Path, raw: dict[str, str]) -> Path:
 def _marian(root: Path) -> Path:
     from nmt.interop.marian import import_model
 
-    return import_model(str(ROOT / "data" / "marian-en-de"), root / "marian.pt", src_lang="en", tgt_lang="de")
+    return import_model(str(MARIAN_MODEL), root / "marian.pt", src_lang="en", tgt_lang="de")

@@ -23,12 +23,13 @@ from nmt.translation.documents import md, subtitles
 from nmt.translation.documents.html import parse_html
 from nmt.translation.documents.inline import Aligned, Paragraph, Run
 from nmt.workbudget import OverBudget, TimedOut, WorkBudget
+from tests.helpers.paths import DEMO_MODEL
 
 from .conftest import assert_one_line_error, run_cli
 from .test_serve import serving
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKPOINT = ROOT / "tests" / "data" / "demo-model.pt"
+CHECKPOINT = DEMO_MODEL
 CPU_GOAL = 2.0  # seconds of CPU per attack (the goal); every case here takes well under 0.5 s
 
 

@@ -3,8 +3,6 @@ a checkpoint for translation."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -13,8 +11,9 @@ from nmt.checkpoint import Checkpoint
 from nmt.config.experiment import Config, load_config
 from nmt.errors import CheckpointError
 from nmt.translation.translator import ModelOptions, Translator
+from tests.helpers.paths import DEMO_MODEL
 
-GOLDEN = Path(__file__).resolve().parent / "data" / "demo-model.pt"  # written by format version 1
+GOLDEN = DEMO_MODEL  # written by format version 1
 
 
 def test_a_version_1_file_loads_with_the_output_projection_under_its_new_names():

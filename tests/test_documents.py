@@ -14,8 +14,9 @@ from nmt.translation import documents
 from nmt.translation.documents import translate_document
 from nmt.translation.documents.md import parser
 from tests.conftest import assert_one_line_error, run_cli
+from tests.helpers.paths import DEMO_MODEL
 
-CHECKPOINT = Path(__file__).resolve().parent / "data" / "demo-model.pt"
+CHECKPOINT = DEMO_MODEL
 
 
 @pytest.fixture(scope="module")

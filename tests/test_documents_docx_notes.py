@@ -15,11 +15,12 @@ from lxml import etree
 
 from nmt.translation.documents import docx as docx_format
 from tests.conftest import run_cli
+from tests.helpers.paths import DEMO_MODEL
 from tests.test_documents_office import DOCX_TEXT, W, assert_only_text_changed, members, reverse_upper
 
 docx = pytest.importorskip("docx")
 
-CHECKPOINT = Path(__file__).resolve().parent / "data" / "demo-model.pt"
+CHECKPOINT = DEMO_MODEL
 WNS = W[1:-1]
 RNS = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
 PKG_RELS = "http://schemas.openxmlformats.org/package/2006/relationships"

@@ -16,12 +16,13 @@ from nmt.errors import NmtError
 from nmt.translation.documents import epub as epub_format
 from nmt.translation.documents.inline import Paragraph, Piece
 from tests.conftest import run_cli
+from tests.helpers.paths import DEMO_MODEL
 from tests.test_documents_office import reverse_upper
 
 ebooklib = pytest.importorskip("ebooklib")
 from ebooklib import epub  # noqa: E402
 
-CHECKPOINT = Path(__file__).resolve().parent / "data" / "demo-model.pt"
+CHECKPOINT = DEMO_MODEL
 XHTML = "{http://www.w3.org/1999/xhtml}"
 NCX = "{http://www.daisy.org/z3986/2005/ncx/}"
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000") + bytes(40)

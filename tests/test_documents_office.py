@@ -17,6 +17,7 @@ from nmt.translation.documents import odt as odt_format
 from nmt.translation.documents import pptx as pptx_format
 from nmt.translation.documents import safezip
 from nmt.translation.documents.inline import Aligned, Paragraph, Piece
+from tests.helpers.paths import DEMO_MODEL
 
 docx = pytest.importorskip("docx")
 pptx = pytest.importorskip("pptx")
@@ -382,7 +383,7 @@ def demo_translate():
     from nmt.translation.documents.paragraphs import translate_paragraphs
     from nmt.translation.translator import Translator
 
-    translator = Translator.load(Path(__file__).resolve().parent / "data" / "demo-model.pt")
+    translator = Translator.load(DEMO_MODEL)
     return lambda paragraphs: translate_paragraphs(translator, paragraphs)
 
 

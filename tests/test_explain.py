@@ -21,11 +21,12 @@ from nmt.data.batching import collate
 from nmt.explain.command import explain_sentence, load
 from nmt.explain.numbers import dequantized
 from nmt.search import SearchSettings
+from tests.helpers.paths import DEMO_MODEL
 
 from .conftest import assert_one_line_error, run_cli
 from .test_serve_page import browser_or_reason
 
-CHECKPOINT = Path(__file__).resolve().parent / "data" / "demo-model.pt"  # a fixed small demo model (test_golden.py)
+CHECKPOINT = DEMO_MODEL  # a fixed small demo model (test_golden.py)
 SENTENCE = "three hundred forty-two euros"
 THIRTY_WORDS = ("the three red cars and the two small houses near the old bridge cost four hundred twenty-one euros "
                 "on the second of may and the train leaves at nine o'clock")

@@ -21,6 +21,7 @@ from nmt.errors import NmtError
 from nmt.interop.export import ct2 as export_ct2
 from nmt.interop.modelspec import ModelDescription, describe
 from nmt.translation.translator import Translator
+from tests.helpers.paths import DEMO_MODEL
 
 from .conftest import assert_one_line_error, run_cli
 from .export_models import KINDS
@@ -31,7 +32,7 @@ MODES = {"greedy": 1, "beam4": 4}
 # Identical translations required of 100 (fp32), for every kind: measured 100 of 100 each, greedy and beam 4. The
 # engines' beam searches stop by different rules (CTranslate2 at beam x patience finished hypotheses, nmt while an
 # unfinished one could still win), which agree on models that have learnt where their translations end (the Marian
-# model's training length decides it: tests/data/make_marian_model.py).
+# model's training length decides it: tests/fixtures/make_marian_model.py).
 MIN_IDENTICAL = 99
 # Sum of the token log-probabilities of nmt's own translation, nmt vs CTranslate2 scoring it (fp32), the export
 # made without its PAD/BOS logit bias (which leaves their probability mass, up to 1e-3 a token in these barely
@@ -157,7 +158,7 @@ def _leftovers(directory: Path) -> list[str]:
 
 
 def test_cli_export(tmp_path, export_lines):
-    demo = Path(__file__).parent / "data" / "demo-model.pt"
+    demo = DEMO_MODEL
     out = tmp_path / "model-ct2"
     result = run_cli("export", "--checkpoint", demo, "--to", "ct2", "--output", out)
     assert result.exit_code == 0, result.stderr
@@ -194,7 +195,7 @@ def test_cli_export(tmp_path, export_lines):
 
 @pytest.mark.parametrize("bad", ["corrupt", "not-a-checkpoint", "quantization"])
 def test_cli_refuses(tmp_path, bad):
-    demo = Path(__file__).parent / "data" / "demo-model.pt"
+    demo = DEMO_MODEL
     source, options = demo, ["--quantization", "int4"] if bad == "quantization" else []
     if bad == "corrupt":
         source = tmp_path / "corrupt.pt"

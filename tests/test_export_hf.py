@@ -27,6 +27,7 @@ from nmt.errors import NmtError  # noqa: E402
 from nmt.interop.export import export  # noqa: E402
 from nmt.interop.marian import import_model  # noqa: E402
 from nmt.translation.translator import Translator  # noqa: E402
+from tests.helpers.paths import DEMO_MODEL  # noqa: E402
 
 from .conftest import assert_one_line_error, nmt_process, run_cli  # noqa: E402
 
@@ -131,7 +132,7 @@ def test_files_config_and_model_card(exported, export_models):
 def test_model_card_of_a_run_dir_has_data_and_bleu(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    shutil.copy(Path(__file__).parent / "data" / "demo-model.pt", run / "last.pt")
+    shutil.copy(DEMO_MODEL, run / "last.pt")
     (run / "config.yaml").write_text(yaml.safe_dump({"data": {"train": "corpus/train", "src_lang": "en",
                                                               "tgt_lang": "de"},
                                                      "train": {"valid_bleu_sentences": 200}}))
@@ -164,13 +165,13 @@ def test_push_uploads_the_finished_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_test")
     monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", create_repo)
     monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", upload_folder)
-    out = export(Path(__file__).parent / "data" / "demo-model.pt", "hf", tmp_path / "out", push="me/en-de")
+    out = export(DEMO_MODEL, "hf", tmp_path / "out", push="me/en-de")
     assert calls[0] == ("create_repo", "me/en-de", True)
     assert calls[1][:3] == ("upload_folder", "me/en-de", out) and "model.safetensors" in calls[1][3]
 
 
 def test_cli_refusals_are_one_line(export_models, tmp_path):
-    demo = Path(__file__).parent / "data" / "demo-model.pt"
+    demo = DEMO_MODEL
     result = run_cli("export", "--checkpoint", export_models["prenorm"], "--to", "hf", "-o", tmp_path / "a")
     assert_one_line_error(result, "pre-norm model cannot be expressed in MarianConfig", "--to ct2")
     (tmp_path / "b").mkdir()

@@ -5,7 +5,6 @@ probabilities are known, and the Translator, CLI and documents obeying a glossar
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from nmt.search.constrained import State, advance, allocate
 from nmt.translation import glossary, terminology
 from nmt.translation.glossary import Glossary, Term, from_pairs, obeyed
 from nmt.translation.translator import Translator
+from tests.helpers.paths import DEMO_MODEL
 
 from . import test_search
 from .conftest import assert_one_line_error, run_cli
@@ -24,7 +24,7 @@ from .test_search import EOS, IDS, TableModel, V, beam_search, teacher_forced_lo
 
 copy_model = test_search.copy_model  # the fixture: a tiny model trained to copy
 
-CHECKPOINT = Path(__file__).resolve().parent / "data" / "demo-model.pt"
+CHECKPOINT = DEMO_MODEL
 
 
 def search(model, src: torch.Tensor, terms: list, continues: torch.Tensor, *, ends_word: list[bool] | None = None,

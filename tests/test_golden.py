@@ -1,8 +1,8 @@
 """Golden outputs: `nmt translate` on a fixed checkpoint must print exactly what it printed before.
 
 Guards against refactors (search, model, tokenizer, checkpoint loading, output formatting) silently changing
-translations: tests/data/demo-model.pt is a small demo model (conftest's demo_run recipe, training state
-dropped), and tests/data/demo-model.{greedy,beam5,nbest3}.txt are its translations of the demo test set
+translations: tests/fixtures/demo-model.pt is a small demo model (conftest's demo_run recipe, training state
+dropped), and tests/fixtures/demo-model.{greedy,beam5,nbest3}.txt are its translations of the demo test set
 (write_demo(..., seed=3), regenerated here) as the code printed them when they were made. Byte-identical, except the
 printed log-probabilities of --scores.
 
@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from nmt.demo.files import write_demo
+from tests.helpers.paths import FIXTURES
 
 from .conftest import run_cli
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = FIXTURES
 CHECKPOINT = DATA / "demo-model.pt"
 UPDATE = os.environ.get("NMT_UPDATE_GOLDEN") == "1"
 # sha256 of the regenerated test.en the golden files translate: a mismatch means nmt.demo.german changed, not translate

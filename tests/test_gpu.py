@@ -404,7 +404,7 @@ def test_an_out_of_memory_batch_is_split_and_the_run_completes(demo_data, tmp_pa
 
 @pytest.fixture(scope="module")
 def golden_source(tmp_path_factory) -> Path:
-    """The demo test set tests/data/demo-model.*.txt translate (see test_golden.py)."""
+    """The demo test set tests/fixtures/demo-model.*.txt translate (see test_golden.py)."""
     raw = write_demo(tmp_path_factory.mktemp("gpu-golden-raw"), n_train=2000, n_valid=100, n_test=100, seed=3)
     path = Path(raw["test"] + ".en")
     assert hashlib.sha256(path.read_bytes()).hexdigest() == SOURCE_SHA256, "the demo test set changed"

@@ -13,9 +13,10 @@ import pytest
 
 from nmt.translation.documents.html import parse_html
 from nmt.translation.documents.inline import Aligned, Paragraph, Piece, Run
+from tests.helpers.paths import DEMO_MODEL
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKPOINT = ROOT / "tests" / "data" / "demo-model.pt"
+CHECKPOINT = DEMO_MODEL
 
 
 def tagged(pieces: list[Piece]) -> str:

@@ -16,8 +16,9 @@ import pytest
 from nmt import io as nmt_io
 from nmt.io import atomic_output, current_umask, output_path, resolve_output
 from tests.conftest import assert_one_line_error, run_cli
+from tests.helpers.paths import DEMO_MODEL
 
-CHECKPOINT = Path(__file__).resolve().parent / "data" / "demo-model.pt"
+CHECKPOINT = DEMO_MODEL
 TEXT = "the red car\nforty-two\n"
 DOC = "# The red car\n\nforty-two\n"
 

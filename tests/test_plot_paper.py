@@ -1,5 +1,5 @@
 """`nmt plot --kind positions|masks|schedule|smoothing|all`: the paper's pictures of real configs (configs/*.yaml)
-and a real checkpoint (tests/data/demo-model.pt), made through the CLI. Each test checks the PNG's pixel size and
+and a real checkpoint (tests/fixtures/demo-model.pt), made through the CLI. Each test checks the PNG's pixel size and
 the numbers drawn: the spy fixture `drawn` keeps what nmt.plot.paper.compute returned and the Figure saved."""
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from nmt.model import sinusoidal_positions
 from nmt.plot import charts
 from nmt.plot import paper as plot_paper
 from nmt.train.optim import learning_rate
+from tests.helpers.paths import DEMO_MODEL
 
 from .conftest import ROOT, assert_one_line_error, run_cli
 from .test_plot import CURVES_FIGSIZE, pixels, png_size, write_metrics
 
 TINY, BASE = ROOT / "configs" / "tiny.yaml", ROOT / "configs" / "base.yaml"
-DEMO_MODEL = ROOT / "tests" / "data" / "demo-model.pt"
 LINES = ["Good morning!", "The cat sat on the mat.", "Where is the train station, please?"]
 
 

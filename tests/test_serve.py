@@ -24,11 +24,12 @@ import pytest
 from nmt.config.experiment import Config, load_config
 from nmt.demo.files import write_demo
 from nmt.errors import ConfigError
+from tests.helpers.paths import DEMO_MODEL
 
 from .conftest import assert_one_line_error, nmt_process, python_path, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKPOINT = ROOT / "tests" / "data" / "demo-model.pt"  # a fixed small demo model (see test_golden.py)
+CHECKPOINT = DEMO_MODEL  # a fixed small demo model (see test_golden.py)
 ENV = {**os.environ, "PYTHONPATH": python_path(), "OMP_NUM_THREADS": "1"}
 SCORE_TOL = 2e-4  # printed scores are rounded to 4 decimals, and batch shapes move the last digit
 LIMITS = ["--set", "serve.max_sentences=110", "--set", "serve.max_chars=300", "--set", "serve.max_body_bytes=32768",

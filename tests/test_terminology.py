@@ -5,7 +5,6 @@ the demo corpus: bench/glossary.py)."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,10 +15,11 @@ from nmt.translation.glossary import from_pairs, obeyed
 from nmt.translation.terminology import Edit, apply_edits, distinct, sane
 from nmt.translation.translator import Translator
 from nmt.workbudget import WorkBudget, bounded
+from tests.helpers.paths import DEMO_MODEL
 
 from .conftest import run_cli
 
-CHECKPOINT = Path(__file__).resolve().parent / "data" / "demo-model.pt"
+CHECKPOINT = DEMO_MODEL
 
 
 @pytest.fixture(scope="module")
