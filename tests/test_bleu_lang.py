@@ -27,8 +27,8 @@ from nmt.errors import NmtError
 from nmt.rundir import RunDir
 from nmt.train.loop import train
 from nmt.translation.translator import Translator
-
-from .conftest import assert_one_line_error, run_cli, tiny_config
+from tests.helpers.cli import assert_one_line_error, run_cli
+from tests.helpers.training import tiny_config
 
 # The example: each hypothesis one character off its reference.
 REFS = ["我们花十欧元买了两本书。", "火车九点出发。"]

@@ -23,8 +23,7 @@ from nmt.translation.documents import docx as docx_format
 from nmt.translation.documents import odt as odt_format
 from nmt.translation.documents import office_ooxml, safezip
 from nmt.workbudget import OverBudget, WorkBudget
-
-from .test_documents_office import reverse_upper
+from tests.helpers.documents import reverse_upper
 
 W_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 W = f'xmlns:w="{W_NS}"'
@@ -141,7 +140,7 @@ MEASURE = """
 import resource, sys
 from pathlib import Path
 from nmt.translation.documents import docx
-from tests.test_documents_office import reverse_upper
+from tests.helpers.documents import reverse_upper
 idle = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 docx.translate(Path(sys.argv[1]), Path(sys.argv[2]), reverse_upper)
 print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - idle) * 1024)

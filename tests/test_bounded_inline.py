@@ -23,10 +23,9 @@ from nmt.translation.documents import md, subtitles
 from nmt.translation.documents.html import parse_html
 from nmt.translation.documents.inline import Aligned, Paragraph, Run
 from nmt.workbudget import OverBudget, TimedOut, WorkBudget
+from tests.helpers.cli import assert_one_line_error, run_cli
 from tests.helpers.paths import DEMO_MODEL
-
-from .conftest import assert_one_line_error, run_cli
-from .test_serve import serving
+from tests.helpers.serving import serving
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = DEMO_MODEL

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from .test_serve import LIMITS, Server, serving
+from tests.helpers.serving import LIMITS, Server, serving
 
 TIMEOUT_S = 2
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from .conftest import USAGE_ERROR, assert_one_line_error, nmt_env, nmt_process
+from tests.helpers.cli import USAGE_ERROR, assert_one_line_error, nmt_env, nmt_process
 
 
 def test_pipeline_end_to_end(tmp_path, demo_raw):

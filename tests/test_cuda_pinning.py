@@ -13,8 +13,7 @@ import torch
 
 from nmt.device import pick_device
 from nmt.errors import NmtError
-
-from .conftest import nmt_env
+from tests.helpers.cli import nmt_env
 
 
 def test_a_test_not_marked_gpu_sees_no_cuda():

@@ -17,8 +17,8 @@ from nmt.demo import german as demo
 from nmt.demo.chinese import count_zh, date_zh, generate_pairs_zh, number_to_zh, year_zh
 from nmt.demo.files import DemoLanguageError, write_demo
 from nmt.rundir import RunDir
-
-from .conftest import assert_one_line_error, run_cli, tiny_config
+from tests.helpers.cli import assert_one_line_error, run_cli
+from tests.helpers.training import tiny_config
 
 # the rule: 二 inside and alone, 两 only as a count before a measure word; one 零 per run of inner zeros
 NUMBERS = {

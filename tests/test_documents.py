@@ -13,7 +13,7 @@ import pytest
 from nmt.translation import documents
 from nmt.translation.documents import translate_document
 from nmt.translation.documents.md import parser
-from tests.conftest import assert_one_line_error, run_cli
+from tests.helpers.cli import assert_one_line_error, run_cli
 from tests.helpers.paths import DEMO_MODEL
 
 CHECKPOINT = DEMO_MODEL

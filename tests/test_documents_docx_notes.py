@@ -14,9 +14,9 @@ import pytest
 from lxml import etree
 
 from nmt.translation.documents import docx as docx_format
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.documents import DOCX_TEXT, W, assert_only_text_changed, members, reverse_upper
 from tests.helpers.paths import DEMO_MODEL
-from tests.test_documents_office import DOCX_TEXT, W, assert_only_text_changed, members, reverse_upper
 
 docx = pytest.importorskip("docx")
 

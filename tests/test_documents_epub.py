@@ -15,9 +15,9 @@ from lxml import etree
 from nmt.errors import NmtError
 from nmt.translation.documents import epub as epub_format
 from nmt.translation.documents.inline import Paragraph, Piece
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.documents import reverse_upper
 from tests.helpers.paths import DEMO_MODEL
-from tests.test_documents_office import reverse_upper
 
 ebooklib = pytest.importorskip("ebooklib")
 from ebooklib import epub  # noqa: E402

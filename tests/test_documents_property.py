@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 from nmt import workbudget
 from nmt.errors import NmtError
 from nmt.translation.documents import format_module
-
-from .test_documents_office import reverse_upper
+from tests.helpers.documents import reverse_upper
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 A = "http://schemas.openxmlformats.org/drawingml/2006/main"

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +19,9 @@ from nmt.data.batching import collate
 from nmt.explain.command import explain_sentence, load
 from nmt.explain.numbers import dequantized
 from nmt.search import SearchSettings
+from tests.helpers.browser import wait_for
+from tests.helpers.cli import assert_one_line_error, run_cli
 from tests.helpers.paths import DEMO_MODEL
-
-from .conftest import assert_one_line_error, run_cli
-from .test_serve_page import browser_or_reason
 
 CHECKPOINT = DEMO_MODEL  # a fixed small demo model (test_golden.py)
 SENTENCE = "three hundred forty-two euros"
@@ -206,25 +203,6 @@ def test_the_trace_changes_nothing_and_says_what_was_kept():
 
 
 # --------------------------------------------------------------------------- the page
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    driver, reason = browser_or_reason()  # the serve page's tests' Chromium
-    if driver is None:
-        pytest.skip(f"no browser to test the page in: {reason}")
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def wait_for(driver: Any, script: str, seconds: float = 30, *args: Any) -> Any:
-    """What `script` returns once it is truthy (or at the deadline)."""
-    deadline = time.monotonic() + seconds
-    while not (found := driver.execute_script(script, *args)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return found
 
 
 def test_the_page_loads_in_chromium_without_errors_and_fetches_nothing(explained, chromium):

@@ -16,10 +16,10 @@ import torch
 from nmt import checkpoint
 from nmt.explain.command import explain_sentence, load
 from nmt.explain.numbers import dequantized
+from tests.helpers.browser import wait_for
+from tests.helpers.serving import CHECKPOINT, LIMITS, Server, serving
 
-from .test_explain import SENTENCE, chromium, wait_for  # noqa: F401  (chromium: a fixture)
-from .test_serve import CHECKPOINT, LIMITS, Server, serving
-
+SENTENCE = "three hundred forty-two euros"  # as in test_explain.py: what the demo model knows
 SECOND = "forty-one red cars"
 
 

@@ -21,10 +21,9 @@ from nmt.errors import NmtError
 from nmt.interop.export import ct2 as export_ct2
 from nmt.interop.modelspec import ModelDescription, describe
 from nmt.translation.translator import Translator
+from tests.helpers.cli import assert_one_line_error, run_cli
+from tests.helpers.exporting import KINDS
 from tests.helpers.paths import DEMO_MODEL
-
-from .conftest import assert_one_line_error, run_cli
-from .export_models import KINDS
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install ctranslate2)")
 

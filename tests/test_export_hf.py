@@ -27,9 +27,8 @@ from nmt.errors import NmtError  # noqa: E402
 from nmt.interop.export import export  # noqa: E402
 from nmt.interop.marian import import_model  # noqa: E402
 from nmt.translation.translator import Translator  # noqa: E402
+from tests.helpers.cli import assert_one_line_error, nmt_process, run_cli  # noqa: E402
 from tests.helpers.paths import DEMO_MODEL  # noqa: E402
-
-from .conftest import assert_one_line_error, nmt_process, run_cli  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")  # MarianTokenizer's
 MAX_NEW = 100  # new tokens generate may add (max_length: + the start token); nmt: 99 tokens + EOS

@@ -31,8 +31,9 @@ from nmt.data.prefetch import epochs
 from nmt.errors import CheckpointError, NmtError
 from nmt.rundir import RunDir
 from nmt.train.loop import Trainer, train
-
-from .conftest import assert_one_line_error, nmt_env, report_figures, run_cli, tiny_config
+from tests.helpers.cli import assert_one_line_error, nmt_env, run_cli
+from tests.helpers.report import report_figures
+from tests.helpers.training import tiny_config
 
 LONG = os.environ.get("NMT_LONG_TESTS") == "1"
 KILL_TRIALS = 24 if LONG else 3

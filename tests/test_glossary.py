@@ -16,13 +16,9 @@ from nmt.search.constrained import State, advance, allocate
 from nmt.translation import glossary, terminology
 from nmt.translation.glossary import Glossary, Term, from_pairs, obeyed
 from nmt.translation.translator import Translator
+from tests.helpers.cli import assert_one_line_error, run_cli
 from tests.helpers.paths import DEMO_MODEL
-
-from . import test_search
-from .conftest import assert_one_line_error, run_cli
-from .test_search import EOS, IDS, TableModel, V, beam_search, teacher_forced_logprob
-
-copy_model = test_search.copy_model  # the fixture: a tiny model trained to copy
+from tests.helpers.tables import EOS, IDS, TableModel, V, beam_search, teacher_forced_logprob
 
 CHECKPOINT = DEMO_MODEL
 

@@ -45,18 +45,11 @@ from nmt.loss import label_smoothed_loss, projected_label_smoothed_loss
 from nmt.model import Transformer, scaled_dot_product_attention
 from nmt.precision import Precision, prepare
 from nmt.train.loop import train
-
-from .conftest import (
-    CUDA_AVAILABLE,
-    CUDA_DEVICES,
-    REAL_CUDA,
-    REAL_VISIBLE_DEVICES,
-    ROOT,
-    nmt_env,
-    run_cli,
-    tiny_config,
-)
-from .test_golden import CHECKPOINT, DATA, MODES, SOURCE_SHA256, first_difference, same_scored_lines
+from tests.helpers.cli import nmt_env, run_cli
+from tests.helpers.cuda import CUDA_AVAILABLE, CUDA_DEVICES, REAL_CUDA, REAL_VISIBLE_DEVICES
+from tests.helpers.golden import CHECKPOINT, DATA, MODES, SOURCE_SHA256, first_difference, same_scored_lines
+from tests.helpers.paths import ROOT
+from tests.helpers.training import tiny_config
 
 DEVICE_NAME = os.environ.get("NMT_GPU_TESTS_DEVICE") or "cuda"
 if DEVICE_NAME not in ("cuda", "cpu"):

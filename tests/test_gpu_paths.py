@@ -22,8 +22,7 @@ from nmt.loss import chunk_rows, projected_label_smoothed_loss
 from nmt.train import distributed
 from nmt.train import state as trainstate
 from nmt.train.loop import Trainer, train
-
-from .conftest import tiny_config
+from tests.helpers.training import tiny_config
 
 
 def poison_loss(monkeypatch, bad_calls):

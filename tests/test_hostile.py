@@ -24,8 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nmt.train.loop import train
-
-from .conftest import USAGE_ERROR, USER_ERROR, assert_one_line_error, report_figures, run_cli, tiny_config
+from tests.helpers.cli import USAGE_ERROR, USER_ERROR, assert_one_line_error, run_cli
+from tests.helpers.report import report_figures
+from tests.helpers.training import tiny_config
 
 LONG = os.environ.get("NMT_LONG_TESTS") == "1"
 FIGURES = {"inputs tried": 0, "accepted": 0, "refused with one line": 0, "refused by the option parser": 0,

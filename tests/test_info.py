@@ -17,8 +17,8 @@ from nmt.data.datadir import read_meta
 from nmt.model import Transformer
 from nmt.rundir import RunDir
 from nmt.tokenizer import Tokenizer
-
-from .conftest import assert_one_line_error, run_cli, tiny_config
+from tests.helpers.cli import assert_one_line_error, run_cli
+from tests.helpers.training import tiny_config
 
 MAX_UPDATES = 6
 

@@ -16,7 +16,7 @@ from nmt.kernels import MASK_LEVELS, CPULinear, FastDropout, keep_mask, swap_lin
 from nmt.model import MultiHeadAttention
 from nmt.search import SearchSettings
 from nmt.tokenizer import SpecialIds
-from tests.test_model import BOS, EOS, PAD, SRC, TGT, make_model
+from tests.helpers.modeling import BOS, EOS, PAD, SRC, TGT, make_model
 
 torch.set_num_threads(2)
 

@@ -15,7 +15,7 @@ import pytest
 
 from nmt import io as nmt_io
 from nmt.io import atomic_output, current_umask, output_path, resolve_output
-from tests.conftest import assert_one_line_error, run_cli
+from tests.helpers.cli import assert_one_line_error, run_cli
 from tests.helpers.paths import DEMO_MODEL
 
 CHECKPOINT = DEMO_MODEL

@@ -20,11 +20,11 @@ from nmt.loss import label_smoothed_loss
 from nmt.model import sinusoidal_positions
 from nmt.plot import charts
 from nmt.plot import paper as plot_paper
+from nmt.plot.charts import CURVES_FIGSIZE
 from nmt.train.optim import learning_rate
-from tests.helpers.paths import DEMO_MODEL
-
-from .conftest import ROOT, assert_one_line_error, run_cli
-from .test_plot import CURVES_FIGSIZE, pixels, png_size, write_metrics
+from tests.helpers.cli import assert_one_line_error, run_cli
+from tests.helpers.paths import DEMO_MODEL, ROOT
+from tests.helpers.plotting import pixels, png_size, write_metrics
 
 TINY, BASE = ROOT / "configs" / "tiny.yaml", ROOT / "configs" / "base.yaml"
 LINES = ["Good morning!", "The cat sat on the mat.", "Where is the train station, please?"]

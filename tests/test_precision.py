@@ -10,7 +10,7 @@ from nmt import precision
 from nmt.errors import NmtError
 from nmt.kernels import CPULinear, FastDropout
 from nmt.precision import Precision, choose, cpu_native_bf16, for_inference, prepare
-from tests.test_model import SRC, TGT, make_model
+from tests.helpers.modeling import SRC, TGT, make_model
 
 CPU = torch.device("cpu")
 

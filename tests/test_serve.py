@@ -4,17 +4,13 @@ tests/test_serve_batcher.py; abuse, clients, HTML, detection, the page: the othe
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,16 +20,10 @@ import pytest
 from nmt.config.experiment import Config, load_config
 from nmt.demo.files import write_demo
 from nmt.errors import ConfigError
-from tests.helpers.paths import DEMO_MODEL
+from tests.helpers.cli import assert_one_line_error, nmt_process, run_cli
+from tests.helpers.serving import CHECKPOINT, LIMITS, Server, serving
 
-from .conftest import assert_one_line_error, nmt_process, python_path, run_cli
-
-ROOT = Path(__file__).resolve().parents[1]
-CHECKPOINT = DEMO_MODEL  # a fixed small demo model (see test_golden.py)
-ENV = {**os.environ, "PYTHONPATH": python_path(), "OMP_NUM_THREADS": "1"}
 SCORE_TOL = 2e-4  # printed scores are rounded to 4 decimals, and batch shapes move the last digit
-LIMITS = ["--set", "serve.max_sentences=110", "--set", "serve.max_chars=300", "--set", "serve.max_body_bytes=32768",
-          "--set", "serve.max_beam=8", "--set", "serve.max_delay_ms=50"]
 
 
 # --------------------------------------------------------------------------- config
@@ -107,60 +97,6 @@ def test_a_failing_batch_is_a_json_500_and_the_server_lives_on():
 
 
 # --------------------------------------------------------------------------- real servers
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Server:
-    proc: subprocess.Popen
-    url: str
-    log: Path
-    out: Path
-
-    def stderr(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
-
-    def health(self) -> dict:
-        return httpx.get(f"{self.url}/health", timeout=30).json()
-
-
-def wait_ready(server: Server, seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert server.proc.poll() is None, f"the server exited: {server.stderr()}"
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{server.url}/health", timeout=5).status_code == 200:
-                return
-        time.sleep(0.1)
-    raise AssertionError(f"not ready within {seconds} s: {server.stderr()}")
-
-
-@contextlib.contextmanager
-def serving(tmp: Path, *args: str, checkpoint: Path = CHECKPOINT, preexec: Callable[[], None] | None = None,
-            **env: str) -> Iterator[Server]:
-    port = free_port()
-    log, out = tmp / f"serve-{port}.err", tmp / f"serve-{port}.out"
-    with open(log, "wb") as err, open(out, "wb") as stdout:
-        proc = subprocess.Popen([sys.executable, "-m", "nmt", "serve", "--checkpoint", str(checkpoint), "--port",
-                                 str(port), "--dtype", "fp32", "--threads", "1", "--no-access-log", *args],
-                                stdout=stdout, stderr=err, env={**ENV, **env}, preexec_fn=preexec)
-    server = Server(proc, f"http://127.0.0.1:{port}", log, out)
-    try:
-        wait_ready(server)
-        yield server
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 @pytest.fixture(scope="module")

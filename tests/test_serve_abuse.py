@@ -18,8 +18,7 @@ import httpx
 import pytest
 
 from nmt.config.experiment import Config
-
-from .test_serve import CHECKPOINT, Server, serving
+from tests.helpers.serving import CHECKPOINT, Server, serving
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "test2016.en"
 

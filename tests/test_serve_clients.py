@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from .test_serve import CHECKPOINT, serving
+from tests.helpers.serving import CHECKPOINT, serving
 
 STATUS = ('<p>A man is riding a bike. <span translate="no">:blobcat:</span></p>'
           '<p><a href="https://x.example/@bob" class="u-url mention">@<span>bob</span></a> forty-two</p>')

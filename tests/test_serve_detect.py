@@ -17,8 +17,7 @@ import pytest
 
 from nmt.errors import NmtError
 from nmt.serve.detect import REQUIREMENT, Detector
-
-from .conftest import MULTI30K
+from tests.helpers.paths import MULTI30K
 
 LANGS = ["en", "de", "fr", "cs"]
 # short, everyday sentences of each language (not from Multi30k), the one-liners a UI sends

@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .test_serve import LIMITS, Server, serving
+from tests.helpers.browser import WAIT_S, browser_or_reason
+from tests.helpers.serving import LIMITS, Server, serving
 
 KEY = "s3cret"
 MAX_FILE = 20_000
@@ -149,8 +150,6 @@ def test_no_file_is_left_after_many_requests(served):
 def test_the_pages_file_tab_translates_a_file_and_links_its_download(server, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
-
-    from .test_serve_page import WAIT_S, browser_or_reason
 
     browser, reason = browser_or_reason()
     if browser is None:

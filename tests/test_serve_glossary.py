@@ -10,9 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from nmt.config.experiment import load_config
-
-from .conftest import assert_one_line_error, run_cli
-from .test_serve import CHECKPOINT
+from tests.helpers.cli import assert_one_line_error, run_cli
+from tests.helpers.serving import CHECKPOINT
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,7 @@ import pytest
 
 from nmt.checkpoint import Checkpoint, load
 from nmt.config.experiment import Config
-
-from .test_serve import CHECKPOINT
+from tests.helpers.serving import CHECKPOINT
 
 # the language pairs the copies claim, as their checkpoints write them, and as the server serves them
 WRITTEN = [("en", "zh-CN"), ("en", "zh-Hant-TW"), ("zh-Hans", "en"), ("zh_TW", "en"), ("ja", "en"), ("ko-KR", "en"),

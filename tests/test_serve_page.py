@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,13 +17,13 @@ from typing import Any
 import httpx
 import pytest
 
-from .test_serve import Server, serving
+from tests.helpers.browser import WAIT_S, browser_or_reason
+from tests.helpers.serving import Server, serving
 
 IDS = ["source-text", "source-lang", "target-lang", "translation", "alternatives", "copy", "heatmap", "status"]
 FIRST = "A man is riding a bike."
 SECOND = "three hundred forty-two euros"  # what the demo model knows: "zwei" looks at "two" before "vierzig"
 ALTERNATIVES = 2  # what the page asks for
-WAIT_S = 30
 
 
 @pytest.fixture(scope="module")
@@ -55,26 +54,6 @@ def test_the_page_and_its_files_are_served_and_nothing_comes_from_elsewhere(serv
 
 
 # --------------------------------------------------------------------------- in a browser
-
-
-def browser_or_reason() -> tuple[Any, str | None]:
-    try:
-        from selenium import webdriver
-    except ImportError:
-        return None, "selenium is not installed (pip install selenium)"
-    binary = next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
-    if binary is None:
-        return None, "no chromium on PATH (Debian: apt-get install chromium chromium-driver)"
-    driver = shutil.which("chromedriver")
-    if driver is None:
-        return None, "no chromedriver on PATH (Debian: apt-get install chromium-driver)"
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary  # with the driver's path given too, selenium never looks for one online
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1200,1000",
-                "--force-device-scale-factor=1", "--disable-extensions", "--no-first-run", "--lang=en-US"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=webdriver.ChromeService(executable_path=driver), options=options), None
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,8 @@ from nmt.translation.glossary import from_pairs, obeyed
 from nmt.translation.terminology import Edit, apply_edits, distinct, sane
 from nmt.translation.translator import Translator
 from nmt.workbudget import WorkBudget, bounded
+from tests.helpers.cli import run_cli
 from tests.helpers.paths import DEMO_MODEL
-
-from .conftest import run_cli
 
 CHECKPOINT = DEMO_MODEL
 

@@ -18,8 +18,7 @@ from nmt.loss import label_smoothed_loss
 from nmt.rundir import RunDir, RunLock
 from nmt.train.loop import train
 from nmt.train.optim import adam, learning_rate
-
-from .conftest import tiny_config
+from tests.helpers.training import tiny_config
 
 
 def metrics(run_dir, kind="train"):
