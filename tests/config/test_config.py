@@ -1,13 +1,10 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from nmt.config.experiment import Config, config_from_dict, load_config, parse_overrides
 from nmt.errors import ConfigError
-
-CONFIGS = Path(__file__).parents[1] / "configs"
+from tests.helpers.paths import CONFIGS
 
 
 def test_defaults_are_the_paper_base_model():
