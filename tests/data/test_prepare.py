@@ -14,6 +14,7 @@ from nmt.data.prepare import prepare
 from nmt.demo.files import write_demo
 from nmt.errors import NmtError
 from nmt.tokenizer import NMT_IDS
+from tests.helpers.paths import MULTI30K
 
 PAD_ID, BOS_ID, EOS_ID = NMT_IDS.pad, NMT_IDS.bos, NMT_IDS.eos
 
@@ -21,7 +22,6 @@ PAD_ID, BOS_ID, EOS_ID = NMT_IDS.pad, NMT_IDS.bos, NMT_IDS.eos
 def load_split(data_dir, split):
     return DataDir(data_dir, {}).split(split)
 
-MULTI30K = Path(__file__).parents[1].parent / "shared/data/multi30k"
 
 
 @pytest.fixture(scope="module")
