@@ -110,7 +110,7 @@ PAPER: tuple[Entry, ...] = (
           ("nmt.train.optim.learning_rate", "nmt.train.loop.Trainer.update"),
           ("tests/test_paper.py::test_paper_configs_use_eq_3_with_4000_warmup_steps",
            "tests/test_paper.py::test_training_uses_adam_and_the_eq_3_learning_rate_of_configs_base_yaml",
-           "tests/test_train.py::test_noam_schedule_matches_the_paper"),
+           "tests/train/test_train.py::test_noam_schedule_matches_the_paper"),
           note="Eq. 3 is `train.schedule: noam` (`train.lr` multiplies it), set by configs/base.yaml and "
                "configs/big.yaml; the built-in default is fairseq's `inverse_sqrt` (linear warmup to `train.lr`)."),
     Entry("§5.4", "Residual dropout",
@@ -124,7 +124,7 @@ PAPER: tuple[Entry, ...] = (
           "During training, we employed label smoothing of value ε_ls = 0.1.",
           ("nmt.loss.label_smoothed_loss", "nmt.loss.projected_label_smoothed_loss"),
           ("tests/test_paper.py::test_label_smoothing_is_cross_entropy_against_the_smoothed_target_distribution",
-           "tests/test_train.py::test_label_smoothing_against_hand_computation",
+           "tests/train/test_train.py::test_label_smoothing_against_hand_computation",
            "tests/core/test_loss.py::test_projected_loss_equals_the_plain_loss_and_its_gradients"),
           note="The smoothed target puts 1 − ε_ls on the reference token and spreads ε_ls uniformly over the "
                "whole vocabulary (the uniform prior of Szegedy et al., the paper's [36])."),
@@ -133,8 +133,8 @@ PAPER: tuple[Entry, ...] = (
           ("nmt.search.beam.Beam.step", "nmt.search.scoring.length_penalty_divisor",
            "nmt.config.experiment.DecodeConfig"),
           ("tests/test_paper.py::test_translation_searches_with_beam_4_and_the_gnmt_length_penalty_0_6",
-           "tests/test_search.py::test_beam_search_escapes_the_greedy_trap",
-           "tests/test_search.py::test_length_penalty_reorders_hypotheses"),
+           "tests/search/test_search.py::test_beam_search_escapes_the_greedy_trap",
+           "tests/search/test_search.py::test_length_penalty_reorders_hypotheses"),
           note="The penalty is GNMT's (Wu et al. 2016, the paper's [38]): log P(Y) / ((5 + |Y|) / 6)^α, "
                "|Y| counting EOS."),
     Entry("§6.1", "Checkpoint averaging",
@@ -142,15 +142,15 @@ PAPER: tuple[Entry, ...] = (
           "For the big models, we averaged the last 20 checkpoints.",
           ("nmt.checkpoint.average", "nmt.rundir.RunDir.average", "nmt.train.loop.Trainer._finish"),
           ("tests/test_paper.py::test_averaging_is_the_mean_of_the_last_checkpoints",
-           "tests/test_train.py::test_training_writes_checkpoints_metrics_and_average"),
+           "tests/train/test_train.py::test_training_writes_checkpoints_metrics_and_average"),
           note="Checkpoints are written every `train.save_every` updates (the paper: every 10 minutes)."),
     Entry("§6.1", "Maximum output length: input length + 50",
           "We set the maximum output length during inference to input length + 50, but terminate early when "
           "possible.",
           ("nmt.search.scoring.max_lengths", "nmt.config.experiment.DecodeConfig"),
           ("tests/test_paper.py::test_maximum_output_length_is_input_length_plus_50",
-           "tests/test_search.py::test_forced_eos_at_max_length_per_sentence",
-           "tests/test_search.py::test_max_length_respected_and_capped_by_positions"),
+           "tests/search/test_search.py::test_forced_eos_at_max_length_per_sentence",
+           "tests/search/test_search.py::test_max_length_respected_and_capped_by_positions"),
           note="`decode.max_len_a` × input + `decode.max_len_b` (1 and 50); the input length counts the "
                "source's EOS, the output's EOS is not counted."),
 )

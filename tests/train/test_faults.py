@@ -1,7 +1,7 @@
 """Fault injection: kill -9 at random moments, damaged checkpoints, a full disk, NaN/inf, out of memory and
 two trainers on one run dir. After every fault the run goes on from what was saved and loses nothing.
 
-CI runs a few kill trials; `pytest tests/test_faults.py --long` (or NMT_LONG_TESTS=1) runs 24 and more of
+CI runs a few kill trials; `pytest tests/train/test_faults.py --long` (or NMT_LONG_TESTS=1) runs 24 and more of
 everything else. Both print the figures (trials, kills inside a checkpoint write, faults injected by kind,
 losses found); with NMT_FAULT_REPORT=FILE they are also appended to FILE as one JSON line per test module.
 """
