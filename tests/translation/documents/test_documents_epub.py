@@ -255,7 +255,7 @@ def test_bad_books_refused_in_one_line(tmp_path: Path) -> None:
     data = hand_epub(tmp_path / "whole.epub").read_bytes()
     (tmp_path / "cut.epub").write_bytes(data[:len(data) // 2])
     refused(tmp_path / "cut.epub", tmp_path, "corrupt EPUB")
-    # zip bombs are SafeZip's (tests/test_documents_office.py); one through the EPUB path
+    # zip bombs are SafeZip's (tests/translation/documents/test_documents_office.py); one through the EPUB path
     refused(hand_epub(tmp_path / "bomb.epub", {"OEBPS/zeros.png": bytes(50 * 2**20)}), tmp_path, "zip bomb")
 
 

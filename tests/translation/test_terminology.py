@@ -13,17 +13,11 @@ from hypothesis import strategies as st
 from nmt.translation import terminology
 from nmt.translation.glossary import from_pairs, obeyed
 from nmt.translation.terminology import Edit, apply_edits, distinct, sane
-from nmt.translation.translator import Translator
 from nmt.workbudget import WorkBudget, bounded
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import DEMO_MODEL
 
 CHECKPOINT = DEMO_MODEL
-
-
-@pytest.fixture(scope="module")
-def translator() -> Translator:
-    return Translator.load(CHECKPOINT)
 
 
 # --------------------------------------------------------------------------- matching in every script

@@ -1,7 +1,8 @@
 """Bounded work for documents (issue 43, items 2, 3 and 8): the document attacks refused in one line or bounded in
 CPU and memory; parsed XML charged to the work budget; parts read, translated and written one at a time; a deadline
 or a cancel stopping the work inside the loops; and the document crashes (an XML comment in an ODT paragraph, a
-non-UTF-8 part, duplicate zip members, the OLE message). The fake translator is tests/test_documents_office.py's."""
+non-UTF-8 part, duplicate zip members, the OLE message). The fake translator is the office tests'
+(tests.helpers.documents)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from nmt.translation.documents import odt as odt_format
 from nmt.translation.documents import office_ooxml, safezip
 from nmt.workbudget import OverBudget, WorkBudget
 from tests.helpers.documents import reverse_upper
+from tests.helpers.paths import ROOT
 
 W_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 W = f'xmlns:w="{W_NS}"'
@@ -152,8 +154,7 @@ def test_many_large_parts_stay_within_a_memory_bound(tmp_path: Path) -> None:
     scaled by 1/64 to keep the test fast): peak RSS grows by less than holding them all would take."""
     extra = {f"word/header{k}.xml": header(2**14, k, repeated=False) for k in range(1, 21)}
     src = make_docx(tmp_path / "h.docx", body("<w:p><w:r><w:t>hello</w:t></w:r></w:p>"), extra)
-    root = Path(__file__).resolve().parent.parent
-    out = subprocess.run([sys.executable, "-c", MEASURE, str(src), str(tmp_path / "out.docx")], cwd=root,
+    out = subprocess.run([sys.executable, "-c", MEASURE, str(src), str(tmp_path / "out.docx")], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.split()[-1]) < 60 * 2**20  # one part's tree and a chunk (measured ~20 MB)

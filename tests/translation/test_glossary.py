@@ -15,7 +15,6 @@ from nmt.search import SearchSettings, Terms
 from nmt.search.constrained import State, advance, allocate
 from nmt.translation import glossary, terminology
 from nmt.translation.glossary import Glossary, Term, from_pairs, obeyed
-from nmt.translation.translator import Translator
 from tests.helpers.cli import assert_one_line_error, run_cli
 from tests.helpers.paths import DEMO_MODEL
 from tests.helpers.tables import EOS, IDS, TableModel, V, beam_search, teacher_forced_logprob
@@ -165,11 +164,6 @@ def test_the_length_limit_ends_a_search_that_cannot_meet_its_terms(copy_model):
 
 
 # --------------------------------------------------------------------------- the translator, CLI, documents
-
-
-@pytest.fixture(scope="module")
-def translator() -> Translator:
-    return Translator.load(CHECKPOINT)
 
 
 LINES = ["The small boat is in the garden.", "I see blue doors.", "forty-two", "The train is next to the house."]

@@ -2,8 +2,8 @@
 is built by python-docx and the parts Word writes for notes are added by hand, as Word writes them: word/footnotes.xml
 and word/endnotes.xml (the separator and continuationSeparator notes, ids -1 and 0, then one real note each), their
 relationships and content types, and the w:footnoteReference / w:endnoteReference runs in the body. Translated by the
-fake translator of tests.test_documents_office (words reversed and uppercased), then once through `nmt translate`
-with the committed English->German demo model."""
+fake translator of the office tests (tests.helpers.documents: words reversed and uppercased), then once through
+`nmt translate` with the committed English->German demo model."""
 
 from __future__ import annotations
 

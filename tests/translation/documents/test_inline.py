@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from nmt.translation.documents.html import parse_html
 from nmt.translation.documents.inline import Aligned, Paragraph, Piece, Run
-from tests.helpers.paths import DEMO_MODEL
-
-ROOT = Path(__file__).resolve().parents[1]
-CHECKPOINT = DEMO_MODEL
+from tests.helpers.paths import ROOT
 
 
 def tagged(pieces: list[Piece]) -> str:
@@ -217,13 +213,6 @@ def test_html_broken_and_empty_inline_tags_are_kept_in_place():
 
 
 # ---- the real model
-
-
-@pytest.fixture(scope="module")
-def translator():
-    from nmt.translation.translator import Translator
-
-    return Translator.load(CHECKPOINT)
 
 
 def test_the_demo_model_puts_each_tag_on_the_translated_words(translator):

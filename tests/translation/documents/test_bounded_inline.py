@@ -27,7 +27,6 @@ from tests.helpers.cli import assert_one_line_error, run_cli
 from tests.helpers.paths import DEMO_MODEL
 from tests.helpers.serving import serving
 
-ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = DEMO_MODEL
 CPU_GOAL = 2.0  # seconds of CPU per attack (the goal); every case here takes well under 0.5 s
 

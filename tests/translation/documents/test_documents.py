@@ -19,13 +19,6 @@ from tests.helpers.paths import DEMO_MODEL
 CHECKPOINT = DEMO_MODEL
 
 
-@pytest.fixture(scope="module")
-def translator():
-    from nmt.translation.translator import Translator
-
-    return Translator.load(CHECKPOINT)
-
-
 def roundtrip(translator, tmp_path: Path, name: str, data: str | bytes, fmt: str | None = None) -> str:
     src, dst = tmp_path / name, tmp_path / f"out-{name}"
     src.write_bytes(data.encode() if isinstance(data, str) else data)
