@@ -6,9 +6,7 @@ tests/helpers/. The suite runs on the CPU even where a GPU is present, except th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -19,7 +17,6 @@ from nmt.data.prepare import prepare
 from nmt.demo.files import write_demo
 from nmt.model import Transformer
 from tests.helpers import exporting
-from tests.helpers.browser import browser_or_reason
 from tests.helpers.cuda import hide_cuda, show_cuda
 from tests.helpers.paths import DEMO_MODEL
 from tests.helpers.tables import PAD, V, batch
@@ -116,17 +113,6 @@ def export_models(tmp_path_factory, demo_raw, demo_data) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("export-models")
     return {"tiny": DEMO_MODEL, "prenorm": exporting.prenorm(root, demo_data),
             "separate": exporting.separate(root, demo_raw), "marian": exporting.marian(root)}
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    driver, reason = browser_or_reason()  # the serve page's tests' Chromium
-    if driver is None:
-        pytest.skip(f"no browser to test the page in: {reason}")
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 # ---- long mode: `pytest --long` or NMT_LONG_TESTS=1 (more fault-injection trials and hypothesis examples)
