@@ -16,9 +16,7 @@ from nmt.config.experiment import load_config
 from nmt.data.prepare import prepare
 from nmt.demo.files import write_demo
 from nmt.model import Transformer
-from tests.helpers import exporting
 from tests.helpers.cuda import hide_cuda, show_cuda
-from tests.helpers.paths import DEMO_MODEL
 from tests.helpers.tables import PAD, V, batch
 from tests.helpers.training import tiny_config
 
@@ -96,23 +94,6 @@ def copy_model() -> tuple[Transformer, list[list[int]]]:
         if loss.item() < 0.01:
             break
     return model.eval(), seqs
-
-
-# ---- to move to their folders' conftest.py
-
-
-@pytest.fixture(scope="session")
-def export_lines(demo_raw) -> list[str]:
-    """The demo corpus' 100 test sentences (English)."""
-    return Path(demo_raw["test"] + ".en").read_text(encoding="utf-8").splitlines()[:100]
-
-
-@pytest.fixture(scope="session")
-def export_models(tmp_path_factory, demo_raw, demo_data) -> dict[str, Path]:
-    """kind -> checkpoint path, for every kind in KINDS (built on first use, once per session)."""
-    root = tmp_path_factory.mktemp("export-models")
-    return {"tiny": DEMO_MODEL, "prenorm": exporting.prenorm(root, demo_data),
-            "separate": exporting.separate(root, demo_raw), "marian": exporting.marian(root)}
 
 
 # ---- long mode: `pytest --long` or NMT_LONG_TESTS=1 (more fault-injection trials and hypothesis examples)

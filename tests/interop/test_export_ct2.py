@@ -1,4 +1,4 @@
-"""`nmt export --to ct2`, proven by CTranslate2's own answers: for every model kind of tests/export_models.py,
+"""`nmt export --to ct2`, proven by CTranslate2's own answers: for every model kind of tests.helpers.exporting,
 CTranslate2's greedy and beam-4 translations of the 100 test lines are nmt's own (fp32, the same settings), its
 probabilities are nmt's, int8 costs at most INT8_BLEU_DELTA BLEU, and the command refuses bad input in one line
 leaving nothing behind.

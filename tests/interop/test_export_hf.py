@@ -4,7 +4,7 @@ dimension), and generate() translates the 100 test lines as `nmt translate` does
 penalty (the average form); `nmt import` of the directory gives back the same translations.
 
 Beam search with a length limit: at max_new_tokens generate forces EOS with log-probability 0, nmt (like
-fairseq) scores EOS with its real log-probability (see tests/test_marian.py), so a line that runs into the
+fairseq) scores EOS with its real log-probability (see tests/interop/test_marian.py), so a line that runs into the
 limit may differ; such lines are printed with the count.
 """
 

@@ -33,8 +33,8 @@ import sacrebleu
 from nmt.errors import NmtError
 from nmt.interop.export import export, sbd
 from nmt.translation.translator import Translator
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 LT_VENV = ROOT / ".venv-libretranslate"
 LT_MAKE = "make libretranslate"  # the Makefile target that creates LT_VENV
 KINDS = ("tiny", "prenorm", "marian")
@@ -44,7 +44,7 @@ MIN_IDENTICAL = {1: 99, 4: 90}  # per beam size, of 100 lines. Greedy: identical
 # its length penalty does not count EOS, as CTranslate2 without return_end_token), which rank a few hypotheses of
 # different lengths otherwise (measured: tiny 99, prenorm 100, marian 94). The test proves that this is the whole
 # difference: CTranslate2 itself with Argos' options gives Argos' translations (ARGOS_CT2), and with nmt's options
-# nmt's (tests/test_export_ct2.py: 100 of 100 for every kind).
+# nmt's (tests/interop/test_export_ct2.py: 100 of 100 for every kind).
 ARGOS_CT2 = dict(beam_size=4, length_penalty=0.2, replace_unknowns=True, max_batch_size=32, batch_type="tokens")
 INT8_BLEU_DELTA = 10.0  # BLEU (against the references) Argos' int8 run may lose to nmt's float32 on these small
 # briefly trained models (measured: tiny 59.4 -> 54.6, prenorm 52.3 -> 52.5, marian 74.3 -> 72.3)
