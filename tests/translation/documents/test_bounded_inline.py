@@ -176,7 +176,7 @@ def test_the_cli_refuses_deep_nesting_in_one_line(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[tuple[str, Path]]:
-    """`nmt serve` on a free loopback port (tests/test_serve.py's `serving`), with its default limits."""
+    """`nmt serve` on a free loopback port (tests.helpers.serving), with its default limits."""
     with serving(tmp_path_factory.mktemp("bounded-serve")) as s:
         yield s.url, s.log
     assert "Traceback" not in s.stderr()

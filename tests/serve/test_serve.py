@@ -1,6 +1,6 @@
 """`nmt serve`: real servers (`python -m nmt serve` subprocesses on 127.0.0.1, a free port each) spoken to over
 HTTP, their answers compared with what `nmt translate` prints for the same lines (the batcher on its own:
-tests/test_serve_batcher.py; abuse, clients, HTML, detection, the page: the other tests/test_serve_*.py)."""
+tests/serve/test_serve_batcher.py; abuse, clients, HTML, detection, the page: the other tests/serve/test_*.py)."""
 
 from __future__ import annotations
 

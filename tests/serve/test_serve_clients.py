@@ -1,6 +1,6 @@
 """The requests real LibreTranslate clients send, byte for byte as their code builds them, and the fields they read
 (README "Clients"): Mastodon 4.0 and 4.2+, Akkoma, Discourse's translator, libretranslatepy, LibreTranslate's own
-web page, Dialect, Zammad, Nextcloud and KDE. Each is a real server on 127.0.0.1 (tests/test_serve.py)."""
+web page, Dialect, Zammad, Nextcloud and KDE. Each is a real server on 127.0.0.1 (tests.helpers.serving)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`nmt serve` against hostile and careless clients: floods (fairness, a bounded queue, deadlines, rate limits),
 connections that hold without sending, shutdown under load, keys, browsers on other origins, and the noise each
-used to leave in the log. Real servers on 127.0.0.1 (see tests/test_serve.py), every loop bounded."""
+used to leave in the log. Real servers on 127.0.0.1 (tests.helpers.serving), every loop bounded."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ import signal
 import socket
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from nmt.config.experiment import Config
+from tests.helpers import paths
 from tests.helpers.serving import CHECKPOINT, Server, serving
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "test2016.en"
+MULTI30K = paths.MULTI30K / "test2016.en"
 
 
 @pytest.fixture(scope="module")

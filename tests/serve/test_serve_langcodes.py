@@ -1,7 +1,7 @@
 """Language codes as clients write them, in `nmt serve` (nmt.langcodes): zh-CN, zh_TW, ZH-hans, ja-JP ... reach the
 model whose checkpoint says zh / zh-Hant / ja; /languages lists canonical codes; detection tells Chinese (both
 scripts), Japanese, Korean and Thai apart on three-word texts. One app in this process (FastAPI's TestClient, as in
-tests/test_serve.py) over copies of the demo model that claim other language pairs: which model served a request
+tests/serve/test_serve.py) over copies of the demo model that claim other language pairs: which model served a request
 shows in /health's per-model counts."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ as you type exactly what the API translates, with the alternatives and the cross
 
 The browser test skips, saying why, where selenium, chromium or chromedriver is missing. It saves a screenshot of
 the page: into the test's tmp dir, or where NMT_PAGE_SCREENSHOT says (the README's docs/serve-page.png is made so:
-`NMT_PAGE_SCREENSHOT=docs/serve-page.png python -m pytest tests/test_serve_page.py`)."""
+`NMT_PAGE_SCREENSHOT=docs/serve-page.png python -m pytest tests/serve/test_serve_page.py`)."""
 
 from __future__ import annotations
 
