@@ -3,7 +3,7 @@
 types, negative sizes. Each gets a correct result or a one-line `error:` with a non-zero exit: never a
 traceback, never a hang, never a partial output file presented as complete.
 
-Commands run in-process through conftest's run_cli (the code path of `nmt ...` without the start-up cost);
+Commands run in-process through tests.helpers.cli's run_cli (the code path of `nmt ...` without the start-up cost);
 test_cli.py covers the real subprocesses. `--long` / NMT_LONG_TESTS=1 tries many more examples.
 """
 

@@ -1,6 +1,6 @@
 """The GPU training path's rules, checked on CPU with fakes of what only a GPU has: the GradScaler's skipped
 steps, per-device RNG state, the batch reader running ahead, host syncs, TF32, per-rank devices, DDP
-set-up, weights-only averaging. (tests/test_gpu.py runs the real thing where CUDA is.)"""
+set-up, weights-only averaging. (tests/gpu/test_gpu.py runs the real thing where CUDA is.)"""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ skipped ("needs a CUDA GPU"). They are also the only tests that see CUDA: confte
 Dry run on a machine without a GPU: NMT_GPU_TESTS_DEVICE=cpu runs the same tests on device "cpu" so that their
 own code is exercised; the parts that need CUDA (fp16 training and decoding, a GPU memory cap) skip with their
 reason, and bit-exact CPU runs pass the GPU tolerances trivially:
-    NMT_GPU_TESTS_DEVICE=cpu python3 -m pytest tests/test_gpu.py -m gpu -q
+    NMT_GPU_TESTS_DEVICE=cpu python3 -m pytest tests/gpu/test_gpu.py -m gpu -q
 
 Only nmt's public entry points are used (the CLI, nmt.train.loop.train, nmt.loss's functions, nmt.checkpoint.load, the
 model's methods), never its private helpers.

@@ -1,5 +1,5 @@
 """The suite runs on the CPU on every machine: a test not marked gpu sees no CUDA, neither in this process nor in
-the processes it starts (conftest: "no CUDA unless marked gpu"), so its CPU facts hold on a GPU machine too.
+the processes it starts (tests/conftest.py: "no CUDA unless marked gpu"), so its CPU facts hold on a GPU machine too.
 The other side, a gpu test seeing the real CUDA, is test_gpu.py's first test."""
 
 from __future__ import annotations
