@@ -450,10 +450,10 @@ def test_links_are_found_and_judged(tmp_path):
     assert link_problem("docs/gpu.md", "../README.md#set-up") is None
     assert link_problem("docs/gpu.md", "serve-page.png") is None
     assert link_problem("docs/gpu.md", "#tests") is None
-    assert link_problem("docs/paper.md", "../nmt/cli.py#L1") is None
+    assert link_problem("docs/paper.md", "../nmt/cli/main.py#L1") is None
     assert "no such file" in link_problem("docs/gpu.md", "docs/serve-page.png")
     assert "no heading #no-such-section" in link_problem("README.md", "docs/gpu.md#no-such-section")
-    assert "lines" in link_problem("README.md", "nmt/cli.py#L999999")
+    assert "lines" in link_problem("README.md", "nmt/cli/main.py#L999999")
     assert "outside the repository" in link_problem("README.md", "../elsewhere.md")
 
 
