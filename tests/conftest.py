@@ -12,13 +12,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from nmt import checkpoint
 from nmt.config.experiment import load_config
 from nmt.data.prepare import prepare
 from nmt.demo.files import write_demo
 from nmt.model import Transformer
 from tests.helpers.cuda import hide_cuda, show_cuda
+from tests.helpers.paths import DEMO_MODEL
 from tests.helpers.tables import PAD, V, batch
-from tests.helpers.training import tiny_config
 
 torch.set_num_threads(1)  # tiny models gain nothing from threads; avoids OpenMP oversubscription
 
@@ -62,16 +63,18 @@ def demo_data(tmp_path_factory, demo_raw) -> Path:
 
 
 @pytest.fixture(scope="session")
-def demo_run(tmp_path_factory, demo_data) -> Path:
-    """A small model trained briefly on the demo corpus (shared by translate/plot tests)."""
-    from nmt.train.loop import train
-
+def demo_run(tmp_path_factory) -> Path:
+    """A run dir of the small demo model (the translate, attention, CLI and continued-training tests): the committed
+    tests/fixtures/demo-model.pt, which is the averaged.pt of the recipe tests.helpers.training.train_demo_model
+    trains on demo_data's corpus (400 updates; tests/fixtures/make_demo_model.py), saved again by this checkout's
+    nmt as a run of it writes it (the current checkpoint format and every config key) as the run's averaged.pt and
+    best.pt. Committed rather than trained here: the training took 25-50 s of every run of the suite on 2 cores."""
     run = tmp_path_factory.mktemp("demo-run") / "run"
-    cfg = tiny_config(demo_data, run, "model.d_model=64", "model.d_ff=128", "model.n_heads=4",
-                      "model.encoder_layers=2", "model.decoder_layers=2",
-                      "train.max_updates=400", "train.max_tokens=2048", "train.lr=5e-3", "train.warmup=30",
-                      "train.save_every=50", "train.log_every=50", "train.average_last=2", "model.dropout=0")
-    train(cfg, progress=False)
+    run.mkdir()
+    model = checkpoint.load(DEMO_MODEL)
+    model["config"] = model.config.to_dict()  # the keys added since format version 1, at their defaults
+    for name in ("averaged.pt", "best.pt"):
+        model.save(run / name)
     return run
 
 

@@ -1,10 +1,12 @@
 """The models `nmt export` is proven on (tests/interop/test_export_*.py; the fixtures export_models and export_lines
-of tests/interop/conftest.py build them once per session), one of each kind the exporters must handle:
+of tests/interop/conftest.py), one of each kind the exporters must handle, and how each is made:
 
 - tiny: the demo model (tests/fixtures/demo-model.pt): post-norm, interleaved sinusoids, joint vocabulary, tied, relu
 - prenorm: the Multi30k config's shape (4+4 layers, d_model 128, 4 heads, d_ff 256, pre-norm), with gelu and
-  Marian's sin/cos halves, briefly trained on the demo corpus
-- separate: separate source/target vocabularies and untied embeddings, post-norm, briefly trained
+  Marian's sin/cos halves, briefly trained on the demo corpus (committed: tests/fixtures/export-prenorm.pt)
+- separate: separate source/target vocabularies and untied embeddings, post-norm, briefly trained (committed:
+  tests/fixtures/export-separate.pt; both made by tests/fixtures/make_export_models.py with `prenorm` and `separate`
+  below)
 - marian: a Hugging Face MarianMTModel (swish, halves, scaled embeddings, a logits bias, <pad> last), trained
   by tests/fixtures/make_marian_model.py and committed in tests/fixtures/marian-en-de, brought in with `nmt import`
 """

@@ -13,3 +13,6 @@ DEMO_MODEL = FIXTURES / "demo-model.pt"
 MARIAN_MODEL = FIXTURES / "marian-en-de"  # a Hugging Face Marian model, made by fixtures/make_marian_model.py
 CONFIGS = ROOT / "configs"
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+# two of the model kinds `nmt export` is proven on (tests.helpers.exporting), made by fixtures/make_export_models.py
+EXPORT_PRENORM = FIXTURES / "export-prenorm.pt"
+EXPORT_SEPARATE = FIXTURES / "export-separate.pt"
