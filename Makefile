@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # LibreTranslate in a venv of its own (it pins rich<13 and numpy<2, which nmt's environment cannot hold), as it is
-# deployed beside nmt: tests/test_export_argos.py serves an exported model with it (and skips without it)
+# deployed beside nmt: tests/interop/test_export_argos.py serves an exported model with it (and skips without it)
 LT_VENV := .venv-libretranslate
 libretranslate: $(LT_VENV)/bin/libretranslate
 $(LT_VENV)/bin/libretranslate:

@@ -2,7 +2,7 @@
 written, on three kinds of terms (Multi30k test2016 by default, or the demo corpus):
 
     python bench/glossary.py --checkpoint runs/multi30k-en-de/averaged.pt          # after `make multi30k`
-    python bench/glossary.py --corpus demo --checkpoint tests/data/demo-model.pt   # after `nmt prepare --demo`
+    python bench/glossary.py --corpus demo --checkpoint tests/fixtures/demo-model.pt   # after `nmt prepare --demo`
 
 Kinds of terms (seeded, reproducible):
 - `reference`: source words (4+ letters, not in a short stop list) found in at least two test sources, each paired

@@ -60,7 +60,7 @@ from nmt.translation.alignment import aligned, links  # noqa: E402
 from nmt.translation.documents.inline import Paragraph, Run  # noqa: E402
 from nmt.translation.translator import Translator  # noqa: E402
 
-CHECKPOINT = ROOT / "tests" / "data" / "demo-model.pt"
+CHECKPOINT = ROOT / "tests" / "fixtures" / "demo-model.pt"
 # name: (scores: search / layer0 / mean, next step, links, punctuation kept, columns normalised: True, or None:
 # nmt.translation.alignment.balanced's default power)
 METHODS = {"argmax": ("search", False, "argmax", True, False),  # the first version

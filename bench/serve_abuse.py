@@ -363,7 +363,7 @@ def load_sentences(path: Path) -> list[str]:
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--checkpoint", type=Path, default=ROOT / "tests" / "data" / "demo-model.pt")
+    p.add_argument("--checkpoint", type=Path, default=ROOT / "tests" / "fixtures" / "demo-model.pt")
     p.add_argument("--source", type=Path, default=MULTI30K, help="sentences, one per line")
     p.add_argument("--threads", type=int, default=1, help="the server's torch threads")
     p.add_argument("--dtype", default="fp32", help="as nmt serve --dtype")

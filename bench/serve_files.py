@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKPOINT = ROOT / "tests" / "data" / "demo-model.pt"
+CHECKPOINT = ROOT / "tests" / "fixtures" / "demo-model.pt"
 
 
 def free_port() -> int:

@@ -3,7 +3,7 @@ paragraphs, a link, a mention, bold, a line break) sent as HTML to LibreTranslat
 the time of the same sentences sent as plain text (one line each). Both requests alternate, one at a time, on
 one keep-alive connection to one server (`python -m nmt serve`, a subprocess).
 
-    python bench/serve_html.py --checkpoint tests/data/demo-model.pt --repeats 30
+    python bench/serve_html.py --checkpoint tests/fixtures/demo-model.pt --repeats 30
 
 Goal: HTML within 1.5x the plain text's time (what parsing the fragment and putting the markup back may cost).
 Reported: medians and spread (min-max) of each, the median of the per-pair ratios, and whether the HTML answer's
@@ -43,7 +43,7 @@ def request(conn: http.client.HTTPConnection, body: dict) -> tuple[float, dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", type=Path, default=ROOT / "tests" / "data" / "demo-model.pt")
+    p.add_argument("--checkpoint", type=Path, default=ROOT / "tests" / "fixtures" / "demo-model.pt")
     p.add_argument("--source", type=Path, default=MULTI30K, help="sentences, one per line")
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--threads", type=int, default=2)

@@ -2,7 +2,7 @@
 
     source .venv/bin/activate
     python docs/document_pictures.py                          # every format, with runs/tiny/averaged.pt
-    python docs/document_pictures.py --only docx,srt --checkpoint tests/data/demo-model.pt
+    python docs/document_pictures.py --only docx,srt --checkpoint tests/fixtures/demo-model.pt
 
 For each format `nmt translate` handles as a document (md, html, srt and vtt, docx, pptx, odt, epub) it
 1. builds a small English sample document with the format's own library (python-docx, python-pptx, odfpy, ebooklib;
@@ -37,7 +37,7 @@ from document_samples import HTML, MD, SRT, VTT, make_docx, make_epub, make_odt,
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "documents"
-CHECKPOINTS = (ROOT / "runs" / "tiny" / "averaged.pt", ROOT / "tests" / "data" / "demo-model.pt")
+CHECKPOINTS = (ROOT / "runs" / "tiny" / "averaged.pt", ROOT / "tests" / "fixtures" / "demo-model.pt")
 WIDTH, HEIGHT = 900, 1600  # the window; the screenshot is cropped to the content's height
 esc = html.escape
 
@@ -282,7 +282,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     default = next((c for c in CHECKPOINTS if c.exists()), CHECKPOINTS[-1])
     parser.add_argument("--checkpoint", type=Path, default=default,
-                        help="model to translate with (default: runs/tiny/averaged.pt, else tests/data/demo-model.pt)")
+                        help="model to translate with (default: runs/tiny/averaged.pt, else tests/fixtures/demo-model.pt)")
     parser.add_argument("--only", default="", help="comma-separated formats (md,html,srt,docx,pptx,odt,epub)")
     parser.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"),
                         help="the Chromium binary (default: chromium on PATH)")

@@ -8,7 +8,7 @@ decoder, and the decoder run one position at a time for search (`init_cache` / `
 state held by `DecoderCache` in nmt/cache.py). docs/paper.md maps each section and equation to its code and test.
 
 Plain PyTorch modules. Where PyTorch's fused attention computes equation 1 faster, `MultiHeadAttention` calls it
-(the same numbers: tests/test_model.py); nmt.precision swaps in faster CPU kernels (nmt/kernels.py) from outside.
+(the same numbers: tests/core/test_model.py); nmt.precision swaps in faster CPU kernels (nmt/kernels.py) from outside.
 
 Shapes: B batch rows, S source length, T target length, D d_model, H heads, Dh = D / H, L decoder layers, V
 vocabulary. Attention masks: boolean, True = "may be attended to" (or additive); padding masks: True = padding.

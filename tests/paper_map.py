@@ -27,7 +27,7 @@ class Entry:
     title: str
     quote: str  # the paper's words (or a close paraphrase), markdown
     symbols: tuple[str, ...]  # dotted names: nmt.model.MultiHeadAttention, nmt.train.loop.Trainer._build
-    tests: tuple[str, ...]  # pytest ids: tests/test_model.py::test_name (no [param] suffix needed)
+    tests: tuple[str, ...]  # pytest ids: tests/core/test_model.py::test_name (no [param] suffix needed)
     note: str = ""  # where nmt goes beyond the paper or chooses something it leaves open
 
 
@@ -39,9 +39,9 @@ PAPER: tuple[Entry, ...] = (
           ("nmt.model.EncoderLayer", "nmt.model.DecoderLayer", "nmt.model.Transformer.encode",
            "nmt.model.Transformer.decode", "nmt.config.experiment.ModelConfig"),
           ("tests/test_paper.py::test_default_model_is_the_base_model_of_two_stacks_of_6_identical_layers",
-           "tests/test_config.py::test_defaults_are_the_paper_base_model",
-           "tests/test_config.py::test_paper_configs_match_table3",
-           "tests/test_model.py::test_decoder_is_causal")),
+           "tests/config/test_config.py::test_defaults_are_the_paper_base_model",
+           "tests/config/test_config.py::test_paper_configs_match_table3",
+           "tests/core/test_model.py::test_decoder_is_causal")),
     Entry("§3.1", "Residual connection and layer normalization around each sub-layer",
           "the output of each sub-layer is LayerNorm(x + Sublayer(x)), where Sublayer(x) is the function "
           "implemented by the sub-layer itself",
@@ -53,7 +53,7 @@ PAPER: tuple[Entry, ...] = (
           "Attention(Q, K, V) = softmax(QKᵀ / √d_k) V  (1)",
           ("nmt.model.scaled_dot_product_attention",),
           ("tests/test_paper.py::test_scaled_dot_product_attention_is_eq_1",
-           "tests/test_model.py::test_output_shapes_and_attention_weights"),
+           "tests/core/test_model.py::test_output_shapes_and_attention_weights"),
           note="Training and search use PyTorch's fused `scaled_dot_product_attention` where it is faster; the "
                "written-out eq. 1 returns the attention weights too, and both give the same outputs."),
     Entry("§3.2.2", "Multi-head attention",
@@ -73,14 +73,14 @@ PAPER: tuple[Entry, ...] = (
            "nmt.model.MultiHeadAttention.memory_kv"),
           ("tests/test_paper.py::test_queries_keys_and_values_come_from_where_the_paper_says",
            "tests/test_paper.py::test_masking_sets_illegal_connections_to_minus_infinity_before_the_softmax",
-           "tests/test_model.py::test_decoder_is_causal",
-           "tests/test_model.py::test_padding_never_changes_real_positions")),
+           "tests/core/test_model.py::test_decoder_is_causal",
+           "tests/core/test_model.py::test_padding_never_changes_real_positions")),
     Entry("§3.3", "Position-wise feed-forward networks (eq. 2)",
           "FFN(x) = max(0, xW₁ + b₁)W₂ + b₂  (2); [...] applied to each position separately and identically. "
           "[...] d_model = 512, and the inner-layer has dimensionality d_ff = 2048.",
           ("nmt.model.FeedForward",),
           ("tests/test_paper.py::test_feed_forward_is_eq_2_applied_to_each_position_separately",
-           "tests/test_model.py::test_feed_forward_activation"),
+           "tests/core/test_model.py::test_feed_forward_activation"),
           note="`model.activation: gelu | swish` replace max(0, ·) for imported models; relu is the default."),
     Entry("§3.4", "Embeddings multiplied by √d_model",
           "In the embedding layers, we multiply those weights by √d_model.",
@@ -91,26 +91,26 @@ PAPER: tuple[Entry, ...] = (
           "transformation",
           ("nmt.model.TiedLinear", "nmt.model.Transformer"),
           ("tests/test_paper.py::test_logits_are_the_decoder_output_times_the_shared_embedding_matrix",
-           "tests/test_model.py::test_embedding_tying"),
+           "tests/core/test_model.py::test_embedding_tying"),
           note="The encoder embedding is shared only when source and target are one vocabulary "
                "(`data.joint_vocab`, as the paper's shared BPE); the output layer always is the target embedding."),
     Entry("§3.5", "Sinusoidal positional encoding",
           "PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))",
           ("nmt.model.sinusoidal_positions",),
-          ("tests/test_model.py::test_positional_encoding_matches_formula",
+          ("tests/core/test_model.py::test_positional_encoding_matches_formula",
            "tests/test_paper.py::test_embedding_is_e_times_sqrt_d_model_plus_the_positional_encoding")),
     Entry("§5.3", "Adam with β₁ = 0.9, β₂ = 0.98, ε = 10⁻⁹",
           "We used the Adam optimizer with β₁ = 0.9, β₂ = 0.98 and ε = 10⁻⁹.",
           ("nmt.train.optim.adam", "nmt.train.loop.Trainer._build", "nmt.config.experiment.TrainConfig"),
           ("tests/test_paper.py::test_training_uses_adam_and_the_eq_3_learning_rate_of_configs_base_yaml",
-           "tests/test_config.py::test_defaults_are_the_paper_base_model")),
+           "tests/config/test_config.py::test_defaults_are_the_paper_base_model")),
     Entry("§5.3", "Learning-rate schedule (eq. 3)",
           "lrate = d_model^−0.5 · min(step_num^−0.5, step_num · warmup_steps^−1.5)  (3); "
           "We used warmup_steps = 4000.",
           ("nmt.train.optim.learning_rate", "nmt.train.loop.Trainer.update"),
           ("tests/test_paper.py::test_paper_configs_use_eq_3_with_4000_warmup_steps",
            "tests/test_paper.py::test_training_uses_adam_and_the_eq_3_learning_rate_of_configs_base_yaml",
-           "tests/test_train.py::test_noam_schedule_matches_the_paper"),
+           "tests/train/test_train.py::test_noam_schedule_matches_the_paper"),
           note="Eq. 3 is `train.schedule: noam` (`train.lr` multiplies it), set by configs/base.yaml and "
                "configs/big.yaml; the built-in default is fairseq's `inverse_sqrt` (linear warmup to `train.lr`)."),
     Entry("§5.4", "Residual dropout",
@@ -119,13 +119,13 @@ PAPER: tuple[Entry, ...] = (
           "in both the encoder and decoder stacks. For the base model, we use a rate of P_drop = 0.1.",
           ("nmt.model.ResidualNorm.forward", "nmt.model.Transformer._embed"),
           ("tests/test_paper.py::test_dropout_is_on_each_sublayer_output_and_on_the_embedding_sums",
-           "tests/test_model.py::test_dropout_only_in_training")),
+           "tests/core/test_model.py::test_dropout_only_in_training")),
     Entry("§5.4", "Label smoothing",
           "During training, we employed label smoothing of value ε_ls = 0.1.",
           ("nmt.loss.label_smoothed_loss", "nmt.loss.projected_label_smoothed_loss"),
           ("tests/test_paper.py::test_label_smoothing_is_cross_entropy_against_the_smoothed_target_distribution",
-           "tests/test_train.py::test_label_smoothing_against_hand_computation",
-           "tests/test_loss.py::test_projected_loss_equals_the_plain_loss_and_its_gradients"),
+           "tests/train/test_train.py::test_label_smoothing_against_hand_computation",
+           "tests/core/test_loss.py::test_projected_loss_equals_the_plain_loss_and_its_gradients"),
           note="The smoothed target puts 1 − ε_ls on the reference token and spreads ε_ls uniformly over the "
                "whole vocabulary (the uniform prior of Szegedy et al., the paper's [36])."),
     Entry("§6.1", "Beam search: beam size 4, length penalty α = 0.6",
@@ -133,8 +133,8 @@ PAPER: tuple[Entry, ...] = (
           ("nmt.search.beam.Beam.step", "nmt.search.scoring.length_penalty_divisor",
            "nmt.config.experiment.DecodeConfig"),
           ("tests/test_paper.py::test_translation_searches_with_beam_4_and_the_gnmt_length_penalty_0_6",
-           "tests/test_search.py::test_beam_search_escapes_the_greedy_trap",
-           "tests/test_search.py::test_length_penalty_reorders_hypotheses"),
+           "tests/search/test_search.py::test_beam_search_escapes_the_greedy_trap",
+           "tests/search/test_search.py::test_length_penalty_reorders_hypotheses"),
           note="The penalty is GNMT's (Wu et al. 2016, the paper's [38]): log P(Y) / ((5 + |Y|) / 6)^α, "
                "|Y| counting EOS."),
     Entry("§6.1", "Checkpoint averaging",
@@ -142,15 +142,15 @@ PAPER: tuple[Entry, ...] = (
           "For the big models, we averaged the last 20 checkpoints.",
           ("nmt.checkpoint.average", "nmt.rundir.RunDir.average", "nmt.train.loop.Trainer._finish"),
           ("tests/test_paper.py::test_averaging_is_the_mean_of_the_last_checkpoints",
-           "tests/test_train.py::test_training_writes_checkpoints_metrics_and_average"),
+           "tests/train/test_train.py::test_training_writes_checkpoints_metrics_and_average"),
           note="Checkpoints are written every `train.save_every` updates (the paper: every 10 minutes)."),
     Entry("§6.1", "Maximum output length: input length + 50",
           "We set the maximum output length during inference to input length + 50, but terminate early when "
           "possible.",
           ("nmt.search.scoring.max_lengths", "nmt.config.experiment.DecodeConfig"),
           ("tests/test_paper.py::test_maximum_output_length_is_input_length_plus_50",
-           "tests/test_search.py::test_forced_eos_at_max_length_per_sentence",
-           "tests/test_search.py::test_max_length_respected_and_capped_by_positions"),
+           "tests/search/test_search.py::test_forced_eos_at_max_length_per_sentence",
+           "tests/search/test_search.py::test_max_length_respected_and_capped_by_positions"),
           note="`decode.max_len_a` × input + `decode.max_len_b` (1 and 50); the input length counts the "
                "source's EOS, the output's EOS is not counted."),
 )

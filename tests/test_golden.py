@@ -1,11 +1,11 @@
 """Golden outputs: `nmt translate` on a fixed checkpoint must print exactly what it printed before.
 
 Guards against refactors (search, model, tokenizer, checkpoint loading, output formatting) silently changing
-translations: tests/data/demo-model.pt is a small demo model (conftest's demo_run recipe, training state
-dropped), and tests/data/demo-model.{greedy,beam5,nbest3}.txt are its translations of the demo test set
+translations: tests/fixtures/demo-model.pt is a small demo model (conftest's demo_run recipe, training state
+dropped), and tests/fixtures/demo-model.{greedy,beam5,nbest3}.txt are its translations of the demo test set
 (write_demo(..., seed=3), regenerated here) as the code printed them when they were made. Byte-identical, except the
-printed log-probabilities of --scores. tests/data/golden/demo-model.glossary.txt is the same test set translated
-with tests/data/golden/demo-glossary.tsv: terms the model writes by itself (garden -> Garten), synonyms it would
+printed log-probabilities of --scores. tests/fixtures/golden/demo-model.glossary.txt is the same test set translated
+with tests/fixtures/golden/demo-glossary.tsv: terms the model writes by itself (garden -> Garten), synonyms it would
 not choose (small -> winzig, boat -> Schiff), a term at a sentence's start (bought -> erworben: "Erworben") and a
 word kept untranslated (euros). The other golden outputs (a pre-norm model, documents, `nmt explain`, `nmt serve`):
 tests/test_golden_*.py, with the shared rules of tests/golden.py.
@@ -21,17 +21,7 @@ from pathlib import Path
 import pytest
 
 from nmt.demo.files import write_demo
-
-from .golden import DATA, DEMO, GOLDEN, check_text, checked_source, translate
-
-# sha256 of the regenerated test.en the golden files translate: a mismatch means nmt.demo.german changed, not translate
-SOURCE_SHA256 = "81c19637125d3058ac3518b6d6067d0e225c0e2e17a85892e18109baf83791f5"
-
-MODES = {
-    "greedy": ["--beam", "1"],
-    "beam5": ["--beam", "5"],
-    "nbest3": ["--beam", "5", "--nbest", "3", "--scores"],
-}
+from tests.helpers.golden import DATA, DEMO, GOLDEN, MODES, SOURCE_SHA256, check_text, checked_source, translate
 
 
 @pytest.fixture(scope="module")

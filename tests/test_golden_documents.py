@@ -1,9 +1,9 @@
 """Golden outputs of document translation: every format `nmt translate` reads (txt as paragraphs, md, html, srt,
 vtt, docx, pptx, odt, epub) translated with the demo model (the rules: tests/golden.py).
 
-The inputs are committed, tests/data/golden/documents/doc.* (made by tests/data/make_golden_documents.py), so the
-outputs do not follow the libraries that build such documents; the outputs are doc.de.*, and doc.glossary.de.md is
-the Markdown document translated with tests/data/golden/demo-glossary.tsv.
+The inputs are committed, tests/fixtures/golden/documents/doc.* (made by tests/fixtures/make_golden_documents.py), so
+the outputs do not follow the libraries that build such documents; the outputs are doc.de.*, and doc.glossary.de.md is
+the Markdown document translated with tests/fixtures/golden/demo-glossary.tsv.
 
 Text formats are compared byte for byte. The zip-based ones (docx, pptx, odt, epub) are compared member by member:
 the list of members in order, each member's bytes and its entry's settings (date, compression, attributes, flags,
@@ -21,7 +21,7 @@ import zipfile
 
 import pytest
 
-from .golden import DEMO, GOLDEN, check, check_text, translate
+from tests.helpers.golden import DEMO, GOLDEN, check, check_text, translate
 
 DOCUMENTS = GOLDEN / "documents"
 TEXT = ("txt", "md", "html", "srt", "vtt")

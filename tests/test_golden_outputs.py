@@ -1,9 +1,9 @@
 """Golden outputs of a pre-norm model and of `nmt explain` (the rules: tests/golden.py).
 
-- tests/data/prenorm-model.pt, the options of configs/multi30k.yaml (pre-norm, one joint vocabulary, all embeddings
-  shared) at a tiny size, trained briefly on Multi30k (tests/data/make_prenorm_model.py), translates the first 100
+- tests/fixtures/prenorm-model.pt, the options of configs/multi30k.yaml (pre-norm, one joint vocabulary, all embeddings
+  shared) at a tiny size, trained briefly on Multi30k (tests/fixtures/make_prenorm_model.py), translates the first 100
   lines of Multi30k's test2016.en: greedy, beam 4, the 3 best of beam 4 with their scores, and with
-  tests/data/golden/prenorm-glossary.tsv (terms the model writes, synonyms it would not choose, words kept as they
+  tests/fixtures/golden/prenorm-glossary.tsv (terms the model writes, synonyms it would not choose, words kept as they
   are). Skipped where Multi30k is absent (../shared/data/multi30k, or $NMT_SHARED/data/multi30k).
 - `nmt explain` of one sentence with the demo model: its HTML page, byte for byte but for the time the walk took
   (the data's "seconds", masked) and the paths of the checkpoint and the page (none is written today; masked should
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .golden import (
+from tests.helpers.golden import (
     DEMO,
     GOLDEN,
     PRENORM,

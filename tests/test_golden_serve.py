@@ -1,6 +1,6 @@
 """Golden answers of `nmt serve` (the rules: tests/golden.py): one real server (`python -m nmt serve` on 127.0.0.1,
 a free port) with the demo model, asked one request at a time (so that each is one batch), its answers kept in
-tests/data/golden/serve.demo-model.json as the raw JSON bodies with their HTTP status.
+tests/fixtures/golden/serve.demo-model.json as the raw JSON bodies with their HTTP status.
 
 Compared byte for byte, except:
 - the numbers of "score" and "logprob" (/v1/translate with scores: full floats), within SCORE_TOL, as the scores of
@@ -25,8 +25,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from .conftest import nmt_env
-from .golden import DEMO, GOLDEN, SCORE_TOL, UPDATE, check
+from tests.helpers.cli import nmt_env
+from tests.helpers.golden import DEMO, GOLDEN, SCORE_TOL, UPDATE, check
 
 GOLDEN_FILE = GOLDEN / "serve.demo-model.json"
 DOCUMENT = GOLDEN / "documents" / "doc.md"

@@ -1,7 +1,8 @@
 """The package's shape, by package: every module imports in a fresh interpreter (all but serve's HTTP side without
 the serve extra), there is no import cycle, each package imports only the packages below its floor, no module
 imports another module's `_private` name, and no file, class or function is too long. Imports inside functions
-count too.
+count too. And the tests' own shape: no test module imports another test module or a conftest.py (what they share is
+in tests/helpers/ and the conftest.py files).
 
 The floors (what a package may import besides itself), bottom up:
 - the root modules, what every stage shares (the paper's model, its cache and kernels, precision, loss; tokenizer,
@@ -193,3 +194,47 @@ def test_the_graph_sees_function_level_imports_and_package_modules():
     assert GRAPH["serve.worker"] >= {"serve.batcher", "translation.translator"}
     assert "serve" in GRAPH["cli.main"]  # `from nmt.serve import run`
     assert "translation.documents.html" in GRAPH["serve.libretranslate"]
+
+
+# ---- the tests' own shape: tests/ mirrors the packages, and a test module stands alone
+
+TESTS = NMT.parent / "tests"
+
+
+def _imported_modules(path: Path) -> list[tuple[int, list[str]]]:
+    """(line, the dotted modules and names it imports) of each import in a file, anywhere in its source; relative
+    ones resolved against the file's package (`from . import test_x` imports tests.<folder>.test_x)."""
+    package = path.relative_to(TESTS.parent).parent.parts
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.append((node.lineno, [a.name for a in node.names]))
+        elif isinstance(node, ast.ImportFrom):
+            base = [*package[:len(package) - node.level + 1], *(node.module.split(".") if node.module else [])] \
+                if node.level else node.module.split(".")
+            found.append((node.lineno, [".".join(base)] + [".".join([*base, a.name]) for a in node.names]))
+    return found
+
+
+def _test_module_or_conftest(module: str) -> str | None:
+    """What is wrong with importing `module` in a test file: a test module, a conftest.py, or nothing (None)."""
+    parts = module.split(".")
+    if not (parts[0] in ("tests", "conftest") or parts[0].startswith("test_")):  # or the rootdir's: `import test_x`
+        return None
+    return "a test module" if any(p.startswith("test_") for p in parts) else "a conftest" if "conftest" in parts \
+        else None
+
+
+def test_no_test_module_imports_another_test_module_or_a_conftest():
+    """Shared helpers live in tests/helpers/ and fixtures in a conftest.py: no test_*.py imports a test module or a
+    conftest.py, and no conftest.py or helper imports a test module."""
+    wrong = []
+    for path in sorted(TESTS.rglob("*.py")):
+        for line, modules in _imported_modules(path):
+            what = {w for m in modules if (w := _test_module_or_conftest(m))}
+            if not path.name.startswith("test_"):
+                what.discard("a conftest")
+            if what:
+                wrong.append(f"{path.relative_to(TESTS.parent)}:{line} imports {' and '.join(sorted(what))}")
+    assert not wrong, "a helper two test files need belongs in tests/helpers/, a fixture in a conftest.py:\n" + \
+        "\n".join(wrong)

@@ -10,8 +10,7 @@ from nmt.config.experiment import Config, DecodeConfig, load_config
 from nmt.data.prepare import prepare
 from nmt.train.loop import train
 from nmt.translation.translator import Translator
-
-from .conftest import MULTI30K
+from tests.helpers.paths import MULTI30K
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "multi30k.yaml"
 pytestmark = pytest.mark.skipif(not (MULTI30K / "train.en").is_file(), reason="../shared/data/multi30k absent")

@@ -24,9 +24,10 @@ from nmt.tokenizer import SpecialIds
 from nmt.train.loop import train
 from nmt.train.optim import learning_rate
 from nmt.translation.translator import Translator
+from tests.helpers.paths import DEMO_MODEL
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-GOLDEN = Path(__file__).resolve().parent / "data" / "demo-model.pt"
+GOLDEN = DEMO_MODEL
 PAD, BOS, EOS = 0, 2, 3
 V, D = 19, 16
 
