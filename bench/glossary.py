@@ -150,12 +150,13 @@ def candidate_outputs(translator: Translator, lines: list[str], glossary: Glossa
     seconds = 0.0
     for i, r in enumerate(base):
         matches = glossary.find(r.source) if r.hypotheses else []
+        started = time.perf_counter()
         need = terminology.needs(translator, r, matches)
         if need is None:
             continue
-        started = time.perf_counter()
+        kind, replaced = need
         terms = terminology.distinct(matches)
-        found = terminology.candidates(translator, r, matches, False, d, search=need == "terms")
+        found = terminology.candidates(translator, r, matches, False, d, search=kind == "terms", replaced=replaced)
         seconds += time.perf_counter() - started
         out["replace"][i] = found.replaced_text
         out["constrained"][i] = found.texts[0] if found.texts else found.replaced_text

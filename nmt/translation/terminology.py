@@ -84,21 +84,24 @@ def obey(translator, results: list, glossary, need_attention: bool, decode) -> N
         need = needs(translator, r, matches)
         if need is None:
             continue
-        search = need == "terms" and (deadline is None or time.monotonic() < deadline)
-        found = candidates(translator, r, matches, need_attention, decode, search=search)
+        kind, replaced = need
+        search = kind == "terms" and (deadline is None or time.monotonic() < deadline)
+        found = candidates(translator, r, matches, need_attention, decode, search=search, replaced=replaced)
         chosen = found.chosen(distinct(matches), decode.nbest)
         r.hypotheses, r.text = [h for h, _ in chosen], [text for _, text in chosen]
 
 
-def needs(translator, r, matches: list[Match]) -> str | None:
-    """What the result `r` needs for its term `matches`: "terms" when its best translation misses a term (both
-    candidates); "repeats" when every term is there but a repeated one fewer times than in the source, and the
-    model translated a repeat like another occurrence (the replaced candidate alone); else None (left as it is)."""
+def needs(translator, r, matches: list[Match]) -> tuple[str, tuple[str, list[str]]] | None:
+    """What the result `r` needs for its term `matches`, with its replaced candidate (`replace`, computed once):
+    "terms" when its best translation misses a term (both candidates); "repeats" when every term is there but a
+    repeated one fewer times than in the source, and the model translated a repeat like another occurrence (the
+    replaced candidate alone); else None (left as it is)."""
     if not matches or all(held(text, matches) for text in r.text):
         return None
+    replaced = replace(translator, r, matches)
     if not all(obeyed(r.text[0], m) for m in matches):
-        return "terms"
-    return "repeats" if replace(translator, r, matches)[0] != r.text[0] else None
+        return "terms", replaced
+    return ("repeats", replaced) if replaced[0] != r.text[0] else None
 
 
 @dataclass
@@ -123,12 +126,14 @@ class Candidates:
         return ([replaced] + good)[:nbest]  # the rule's choice first, then by score
 
 
-def candidates(translator, r, matches: list[Match], need_attention: bool, d, search: bool = True) -> Candidates:
+def candidates(translator, r, matches: list[Match], need_attention: bool, d, search: bool = True,
+               replaced: tuple[str, list[str]] | None = None) -> Candidates:
     """Both candidates for the result `r` (a Translation) and its term `matches` (every occurrence); `search`: run
-    the constrained search (else only the replaced candidate, as for a line with over MAX_CONSTRAINTS terms)."""
+    the constrained search (else only the replaced candidate, as for a line with over MAX_CONSTRAINTS terms);
+    `replaced`: `replace`'s result when `needs` computed it already."""
     src = torch.tensor([r.src_ids + [translator.special.eos]], device=translator.device)
     terms = distinct(matches)
-    replaced_text, removed = replace(translator, r, matches)
+    replaced_text, removed = replaced or replace(translator, r, matches)
     replaced = forced_text(translator, src, replaced_text, need_attention, d)
     searched: list[Hypothesis] = []
     if search and len(terms) <= MAX_CONSTRAINTS:

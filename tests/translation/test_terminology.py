@@ -174,4 +174,4 @@ def test_a_repeated_term_is_replaced_where_the_model_translated_it_alike(monkeyp
     r = Translation("A man sees a man.", [], [object()], ["Ein Herr sieht einen Hund."])
     assert terminology.needs(None, r, matches) is None  # left as it is, never searched again
     r.text = ["Ein Mann sieht einen Mann."]
-    assert terminology.needs(None, r, matches) == "terms"
+    assert terminology.needs(None, r, matches) == ("terms", ("Ein Herr sieht einen Herr.", ["Mann", "Mann"]))
