@@ -160,6 +160,12 @@ class DecodeConfig:
     nbest: int = 1
     max_input_tokens: int = 1000  # longer inputs are truncated with a warning
     prefix: str | None = None  # a source vocabulary entry put before every line, e.g. >>fra<< (multilingual OPUS-MT)
+    min_len: int = 0  # output tokens before EOS may be written (fairseq's --min-len; 1: never an empty output)
+    sampling: bool = False  # sample, not search (fairseq's --sampling): `beam` samples, the best `nbest` kept
+    sampling_topk: int = 0  # from the k most likely tokens (0: all)
+    sampling_topp: float = 1.0  # from the fewest most likely tokens holding this probability (1: all)
+    sampling_temperature: float = 1.0
+    sampling_seed: int = 0
 
 
 @dataclass
@@ -388,4 +394,7 @@ def check_decode(d: DecodeConfig) -> None:
         (d.max_input_tokens > 0, "decode.max_input_tokens must be > 0"),
         (d.length_penalty_type in LENGTH_PENALTY_TYPES,
          f"decode.length_penalty_type must be {'|'.join(LENGTH_PENALTY_TYPES)}"),
+        (d.min_len >= 0 and d.sampling_topk >= 0, "decode.min_len and decode.sampling_topk must be >= 0"),
+        (0 < d.sampling_topp <= 1 and d.sampling_temperature > 0,
+         "decode.sampling_topp must be in (0, 1] and decode.sampling_temperature > 0"),
     ])

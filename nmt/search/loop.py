@@ -19,6 +19,7 @@ from torch import Tensor
 from nmt.search.beam import Beam, BeamStep
 from nmt.search.constrained import Constrained, Terms
 from nmt.search.greedy import Greedy
+from nmt.search.sampling import Sample
 from nmt.search.scoring import Hypothesis, max_lengths, step_attention, step_log_probs
 from nmt.search.settings import SearchSettings
 
@@ -27,25 +28,21 @@ from nmt.search.settings import SearchSettings
 def run(model, src: Tensor, settings: SearchSettings, special: Any, *, constraints: Terms | None = None,
         trace: Callable[[BeamStep], None] | None = None) -> list[list[Hypothesis]]:
     """Per sentence of src [B, S], its `settings.nbest` best hypotheses, best first. `special`: the tokenizer's
-    ids (.bos, .eos, .pad). The strategy: `constraints` (one sentence) -> constrained beam search; beam 1 without
-    `trace` -> greedy; else the beam rule (a traced search is always the beam rule: its steps are what `trace`
-    receives)."""
+    ids (.bos, .eos, .pad). The strategy: `constraints` (one sentence) -> constrained beam search; a `trace` -> the
+    beam rule (its steps are what `trace` receives); `settings.sampling` -> sampling; beam 1 -> greedy; else the
+    beam rule."""
     if src.size(0) == 0:
         return []
     limit = max_lengths(model, src, special.pad, settings.max_len_a, settings.max_len_b)
     T = int(limit.max())
     memory, src_pad_mask = model.encode(src)
     cache = model.init_cache(memory, src_pad_mask, T + 1)
-    if constraints is not None:
-        strategy: Any = Constrained(src, limit, settings, special.eos, constraints)
-    elif settings.beam == 1 and trace is None:
-        strategy = Greedy(src, limit, settings, special.eos, special.pad)
-    else:
-        strategy = Beam(src, limit, settings, special.eos, special.pad, trace)
+    strategy = _strategy(src, limit, settings, special, constraints, trace)
     tokens = src.new_full((src.size(0),), special.bos)
     for t in range(T + 1):
         logits, attention = model.decode_step(tokens, cache, settings.need_attention)
-        logprobs = step_log_probs(logits, strategy.at_limit(t), special.bos, special.eos, special.pad)
+        logprobs = step_log_probs(logits, strategy.at_limit(t), special.bos, special.eos, special.pad,
+                                  too_short=t < settings.min_len)
         move = strategy.step(t, logprobs, step_attention(attention, settings.attention_layer))
         if move is None:
             break
@@ -53,3 +50,16 @@ def run(model, src: Tensor, settings: SearchSettings, special: Any, *, constrain
             cache.reorder(move.keep, parents=move.parents)
         tokens = move.tokens
     return strategy.results()
+
+
+def _strategy(src: Tensor, limit: Tensor, settings: SearchSettings, special: Any, constraints: Terms | None,
+              trace: Callable[[BeamStep], None] | None) -> Any:
+    if constraints is not None:
+        return Constrained(src, limit, settings, special.eos, constraints)
+    if trace is not None:
+        return Beam(src, limit, settings, special.eos, special.pad, trace)
+    if settings.sampling:
+        return Sample(src, limit, settings, special.eos, special.pad)
+    if settings.beam == 1:
+        return Greedy(src, limit, settings, special.eos, special.pad)
+    return Beam(src, limit, settings, special.eos, special.pad)

@@ -71,11 +71,11 @@ def exported(export_models, tmp_path_factory) -> dict[str, Exported]:
     return out
 
 
-def ct2_translate(ex: Exported, directory: Path, lines: list[str], beam: int, **extra) -> list:
+def ct2_translate(ex: Exported, directory: Path, lines: list[str], beam: int, min_len: int = 0, **extra) -> list:
     """CTranslate2's results for `lines`, batched by source length (one max_decoding_length per batch)."""
     translator = ctranslate2.Translator(str(directory), device="cpu", compute_type="default", intra_threads=1)
     model = ex.model
-    decode = dataclasses.replace(ex.nmt.decode, beam=beam)
+    decode = dataclasses.replace(ex.nmt.decode, beam=beam, min_len=min_len)
     pieces = [model.tokenizer.src_pieces(line) for line in lines]
     by_length = defaultdict(list)
     for i, p in enumerate(pieces):
@@ -116,6 +116,16 @@ def test_ct2_translates_as_nmt(exported, export_lines, kind, mode):
     for i, s in zip(differ, scored):
         ended = len(s.log_probs) == len(want[i]) + 1  # its EOS scored too
         assert ended and abs(sum(s.log_probs) - ours[i].hypotheses[0].logprob) < LOGPROB_TOLERANCE
+
+
+def test_ct2_min_len_as_nmt(exported, export_lines):
+    """nmt's decode.min_len is CTranslate2's min_decoding_length: greedy outputs at least that long, and alike."""
+    ex = next(iter(exported.values()))
+    lines = export_lines[:30]
+    ours = [r.hypotheses[0].tokens for r in ex.nmt.translate_chunk(lines, decode=ex.nmt.decode_with(beam=1, min_len=6))]
+    got = ct2_ids(ex, ct2_translate(ex, ex.fp32, lines, 1, min_len=6))
+    assert all(len(t) >= 6 for t in ours)
+    assert sum(a == b for a, b in zip(got, ours)) >= 29
 
 
 def test_ct2_scores_as_nmt(exported, export_lines):

@@ -294,3 +294,27 @@ def test_decoding_steps_reuse_freed_memory():
         (states @ weight.t()).log_softmax(-1).topk(10, dim=-1)
         faults.append(page_faults() - before)
     assert sum(faults[2:]) < 2000, faults  # after two steps to grow the heap
+
+
+def test_sampling_and_min_len_through_the_config(demo_run, tmp_path):
+    """`--set decode.sampling=true` (and its sampling_* keys) and `decode.min_len` reach the search: top-1
+    sampling is greedy search, a seed repeats its draws, min_len lengthens the outputs, bad values are one line."""
+    src = tmp_path / "in.txt"
+    src.write_text("the small dog runs\na woman sings\nforty-two\n")
+
+    def output(*overrides: str) -> list[str]:
+        out = tmp_path / "out.txt"
+        translate_file(load_config(None, list(overrides)), TranslateOptions(checkpoint=demo_run / "averaged.pt",
+                                                                            progress=False), src, out)
+        return out.read_text(encoding="utf-8").splitlines()
+
+    greedy = output("decode.beam=1")
+    assert output("decode.beam=1", "decode.sampling=true", "decode.sampling_topk=1") == greedy
+    hot = ("decode.beam=1", "decode.sampling=true", "decode.sampling_temperature=3")
+    drawn = output(*hot, "decode.sampling_seed=5")
+    assert drawn == output(*hot, "decode.sampling_seed=5") and drawn != greedy
+    longer = output("decode.beam=1", "decode.min_len=12")
+    assert all(len(a.split()) > len(b.split()) for a, b in zip(longer, greedy, strict=True))
+    for bad in ("decode.sampling_topp=1.5", "decode.sampling_temperature=0", "decode.min_len=-1"):
+        with pytest.raises(NmtError, match="decode.(sampling|min_len)"):
+            load_config(None, [bad])

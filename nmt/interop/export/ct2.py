@@ -175,7 +175,8 @@ def search_options(decode: DecodeConfig) -> dict[str, Any]:
     max_decoding_length (per sentence: `max_decoding_length`). A `gnmt` length penalty has no CTranslate2 form:
     this gives the `average` form with the same alpha (nmt's decode.length_penalty_type=average)."""
     return {"beam_size": decode.beam, "num_hypotheses": decode.nbest, "length_penalty": decode.length_penalty,
-            "patience": PATIENCE, "min_decoding_length": 0, "return_end_token": True, "max_input_length": 0}
+            "patience": PATIENCE, "min_decoding_length": decode.min_len, "return_end_token": True,
+            "max_input_length": 0}
 
 
 def max_decoding_length(decode: DecodeConfig, source_tokens: int, max_positions: int) -> int:
@@ -252,7 +253,7 @@ lines = ["Hello world."]
 pieces = [({prefix}src.encode({text}, out_type=str))[:{cut}] for line in lines]
 results = translator.translate_batch(
     pieces, beam_size={decode.beam}, length_penalty={decode.length_penalty}, patience={PATIENCE:g},
-    min_decoding_length=0, return_end_token=True, max_input_length=0,
+    min_decoding_length={decode.min_len}, return_end_token=True, max_input_length=0,
     max_decoding_length=max(int({decode.max_len_a} * (len(p) + 1) + {decode.max_len_b}) for p in pieces))
 out = [r.hypotheses[0] for r in results]
 out = [h[: h.index("{model.tgt_vocab[model.special.eos]}")] if "{model.tgt_vocab[model.special.eos]}" in h else h
@@ -265,8 +266,9 @@ config.json); decoding starts from `{model.tgt_vocab[model.special.bos]}`, and P
 {penalty_note}
 
 Settings that reproduce `nmt translate`: `beam_size` = nmt's decode.beam (1 = greedy), `length_penalty` = its
-alpha, `patience={PATIENCE:g}`, `min_decoding_length=0` (CTranslate2's default 1 forbids an empty translation, nmt does
-not), `return_end_token=True` (so that the length penalty counts EOS, as nmt's does; strip it as above).
+alpha, `patience={PATIENCE:g}`, `min_decoding_length` = its decode.min_len (CTranslate2's default 1 forbids an empty
+translation, nmt's default 0 does not), `return_end_token=True` (so that the length penalty counts EOS, as nmt's
+does; strip it as above).
 nmt limits each sentence to floor(a * (pieces + 1) + b) tokens (decode.max_len_a = {decode.max_len_a},
 decode.max_len_b = {decode.max_len_b}), then ends it with EOS; CTranslate2's `max_decoding_length` is one value
 per call (batch sentences of equal length to apply it exactly) and stops there without EOS: greedy search gives
