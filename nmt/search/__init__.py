@@ -1,7 +1,7 @@
 """Search over the model's incremental decoder: one loop (loop.run) whose strategies are greedy (greedy), the beam
-rule (beam) and lexically constrained beam search (constrained), with one settings object (settings) and what they
-share (scoring: the hypothesis, the length penalty, the length limit, the stop rule); a given output scored the same
-way (forced). It knows the model and the kernels only: no files, configs or tokenizers.
+rule (beam), lexically constrained beam search (constrained) and sampling (sampling), with one settings object
+(settings) and what they share (scoring: the hypothesis, the length penalty, the length limit, the stop rule); a
+given output scored the same way (forced). It knows the model and the kernels only: no files, configs or tokenizers.
 
 Callers use the names below: `run(model, src, SearchSettings(...), special_ids, constraints=..., trace=...)`."""
 
