@@ -11,17 +11,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as `python bench/x.py` from anywhere without installing
+# isort: off
+import nmt  # noqa: E402, F401  (before torch: it sets OpenMP's wait policy as `nmt` does, nmt/threads.py)
+import torch  # noqa: E402
+# isort: on
 
 from nmt.config.experiment import ModelConfig, load_config  # noqa: E402
 from nmt.device import keep_freed_memory  # noqa: E402
@@ -214,6 +218,22 @@ class OtherLoad:
 
     def __str__(self) -> str:
         return "unknown" if self.share is None else f"{100 * self.share:.0f}%"
+
+
+class Neighbour:
+    """One busy-loop process beside the block (`while :; do :; done`, as a laptop's browser tab or a server's other
+    job would take a core): started through a shell that exits at once, so that it is not this process's child and
+    OtherLoad counts it as another process's load."""
+
+    def __enter__(self) -> Neighbour:
+        out = subprocess.run(["sh", "-c", "sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!"],
+                             capture_output=True, text=True, check=True)
+        self.pid = int(out.stdout.strip())
+        time.sleep(0.5)  # let the scheduler settle it on a core
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.kill(self.pid, signal.SIGKILL)
 
 
 def median(xs: list[float]) -> float:

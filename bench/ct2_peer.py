@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from common import CLOCKS, SelfTimed
 
+from nmt.threads import users_environment
 from nmt.tokenizer import NMT_IDS
 
 
@@ -67,7 +68,10 @@ def _ct2_worker(conn, model_dir: str, device: str, index: int, compute_type: str
     try:
         translator = ctranslate2.Translator(model_dir, device=device, device_index=index,
                                             compute_type=compute_type, inter_threads=1, intra_threads=threads)
-    except (RuntimeError, ValueError) as e:  # a build without CUDA, no bf16 on this GPU, ...
+        # ready only once it has translated: on a CUDA 13 machine the PyPI wheel loads, then fails at the first
+        # translation for want of libcublas.so.12 (OpenNMT/CTranslate2 #1933)
+        translator.translate_batch(tokens[:1], beam_size=1, max_decoding_length=2)
+    except (RuntimeError, ValueError, OSError) as e:  # a build without CUDA, no bf16 on this GPU, no cuBLAS 12...
         conn.send(str(e).splitlines()[0] if str(e) else type(e).__name__)
         return
     conn.send("ready")
@@ -139,8 +143,15 @@ def ct2_fn(ct2, src, length, device: torch.device, compute_type: str, threads: i
     conn, child_conn = ctx.Pipe()
     proc = ctx.Process(target=_ct2_worker, daemon=True, args=(child_conn, model_dir, device.type, device.index or 0,
                                                               compute_type, threads, tokens, length, clock, *search))
-    proc.start()
-    if (status := conn.recv()) != "ready":
+    with users_environment():  # CTranslate2 as its users run it: OpenMP's defaults, not the policy nmt chose
+        proc.start()
+    child_conn.close()  # the child's end: once the child is gone too, recv() ends with EOFError, not a hang
+    try:
+        status = conn.recv()
+    except EOFError:  # it died without a word (an abort in a library it loaded)
+        proc.join(10)
+        status = f"its process ended with exit code {proc.exitcode}"
+    if status != "ready":
         proc.join(10)
         print(f"ctranslate2 cannot run on {device} in {compute_type} ({status.rstrip('.')}): skipping it",
               file=sys.stderr)

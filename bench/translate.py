@@ -58,16 +58,22 @@ host results: its call ends when its GPU work does). `make gpu` runs base in fp1
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+# isort: off
+import common  # noqa: F401  (before torch: it imports nmt, which sets OpenMP's wait policy as `nmt` does)
 import torch
+# isort: on
 from common import (
     BOS,
     EOS,
     PAD,
+    Neighbour,
     OtherLoad,
     interleaved,
     marian,
@@ -226,19 +232,28 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
               f"src {tuple(src.shape)}, beam {BEAM}, {args.length} tokens per hypothesis", flush=True)
         # CT2 times itself in its process; ours and HF queue GPU work, so on a GPU they are timed between syncs
         timed = {k: synced(v[0], device) if gpu and k != "ct2" else v[0] for k, v in fns.items()}
-        times = interleaved(timed, args.repeats, args.warmup, clock=args.clock, pause=0.0 if gpu else 0.3)
-        sec = {k: median(v) for k, v in times.items()}
-        # Paired ratio: each round's ours vs the peer's time from the same round, median over rounds.
-        paired = {k: median([p / o for o, p in zip(times["ours"], times[k], strict=True)]) for k in times}
-        row = [name, str(batch)]
-        for k in ("ours", "hf", "ct2", "ct2-nmt"):
-            row += ([f"{batch * args.length / sec[k]:,.0f}", f"{batch / sec[k]:,.1f}"] if k in sec else ["-", "-"])
-        row += [f"{sec[k] / sec['ours']:.2f} ({paired[k]:.2f})" if k in sec else "-" for k in ("hf", "ct2", "ct2-nmt")]
-        if args.floor and args.dtype != "int8":  # quantized linears are not aten matrix multiplies
-            floor = gemm_floor(fns["ours"][0], args.repeats, args.clock, device, gpu)
-            row += [f"{100 * floor / sec['ours']:.0f}%", f"{sec['hf'] / floor:.2f}"]
-        rows.append(row)
+        for machine in ("quiet", "busy") if args.busy else ("quiet",):
+            with Neighbour() if machine == "busy" else contextlib.nullcontext(), OtherLoad() as load:
+                times = interleaved(timed, args.repeats, args.warmup, clock=args.clock, pause=0.0 if gpu else 0.3)
+            row = [name, str(batch), machine, str(load), *cells(times, batch, args.length)]
+            if args.floor and args.dtype != "int8":  # quantized linears are not aten matrix multiplies
+                sec = {k: median(v) for k, v in times.items()}
+                floor = gemm_floor(fns["ours"][0], args.repeats, args.clock, device, gpu)
+                row += [f"{100 * floor / sec['ours']:.0f}%", f"{sec['hf'] / floor:.2f}"]
+            rows.append(row)
     return rows
+
+
+def cells(times: dict[str, list[float]], batch: int, length: int) -> list[str]:
+    """A row's speeds (tokens/s, sentences/s per contestant) and ratios (ours / peer: of the medians, and in
+    brackets the median of each round's ratio)."""
+    sec = {k: median(v) for k, v in times.items()}
+    paired = {k: median([p / o for o, p in zip(times["ours"], times[k], strict=True)]) for k in times}
+    row = []
+    for k in ("ours", "hf", "ct2", "ct2-nmt"):
+        row += [f"{batch * length / sec[k]:,.0f}", f"{batch / sec[k]:,.1f}"] if k in sec else ["-", "-"]
+    peers = ("hf", "ct2", "ct2-nmt")
+    return row + [f"{sec[k] / sec['ours']:.2f} ({paired[k]:.2f})" if k in sec else "-" for k in peers]
 
 
 def main() -> None:
@@ -266,6 +281,9 @@ def main() -> None:
     p.add_argument("--floor", action="store_true",
                    help="also time our matrix multiplies alone: their share of our time, and HF's time / theirs "
                         "(the most any implementation doing these multiplies could gain over HF)")
+    p.add_argument("--busy", action="store_true",
+                   help="also time every cell beside one busy-loop process (a second row, 'busy'): what a shared "
+                        "machine leaves of each contestant's speed")
     p.add_argument("--as-gpu", action="store_true", help=argparse.SUPPRESS)  # the GPU path on CPU: tests its logic
     args = p.parse_args()
     device = device_from(args.device)
@@ -280,9 +298,11 @@ def main() -> None:
         rows = [row for name in args.configs.split(",") for row in bench(name, args, workdir, device, gpu)]
     where = f"on {device_label(device)}" if gpu else f"{args.threads} threads, {args.clock} clock"
     print(f"\nbeam {BEAM} decoding, {args.length} tokens per sentence (median of {args.repeats}, {where}, "
-          f"{args.dtype}, torch {torch.__version__}, other processes' CPU share "
-          f"during the run: {load}); ratio = ours speed / peer speed (in brackets: median of per-round ratios)")
-    header = ["config", "batch", "ours tok/s", "ours sent/s", "hf tok/s", "hf sent/s", "ct2 tok/s", "ct2 sent/s",
+          f"{args.dtype}, torch {torch.__version__}, OpenMP wait policy {os.environ.get('OMP_WAIT_POLICY', 'default')}"
+          f" for ours and HF, other processes' CPU share during the run: {load}, busy rows included);\n"
+          "ratio = ours speed / peer speed (in brackets: median of per-round ratios)")
+    header = ["config", "batch", "machine", "others' CPU", "ours tok/s", "ours sent/s", "hf tok/s", "hf sent/s",
+              "ct2 tok/s", "ct2 sent/s",
               "ct2-nmt tok/s", "ct2-nmt sent/s", "ours/hf", "ours/ct2", "ours/ct2-nmt"]
     if args.floor and args.dtype != "int8":
         header += ["gemm share", "ceiling vs hf"]

@@ -39,9 +39,11 @@ def run(model, src: Tensor, settings: SearchSettings, special: Any, *, constrain
     cache = model.init_cache(memory, src_pad_mask, T + 1)
     strategy = _strategy(src, limit, settings, special, constraints, trace)
     tokens = src.new_full((src.size(0),), special.bos)
+    first_limit = int(limit.min())  # before this step no row is at its limit: no per-step check (nor host wait)
     for t in range(T + 1):
         logits, attention = model.decode_step(tokens, cache, settings.need_attention)
-        logprobs = step_log_probs(logits, strategy.at_limit(t), special.bos, special.eos, special.pad,
+        at_limit = strategy.at_limit(t) if t >= first_limit else None
+        logprobs = step_log_probs(logits, at_limit, special.bos, special.eos, special.pad,
                                   too_short=t < settings.min_len)
         move = strategy.step(t, logprobs, step_attention(attention, settings.attention_layer))
         if move is None:

@@ -70,20 +70,23 @@ def max_lengths(model, src: Tensor, pad: int, max_len_a: float, max_len_b: int) 
     return limit.clamp(0, max_positions - 1 if max_positions else None)
 
 
-def step_log_probs(logits: Tensor, at_limit: Tensor, bos: int, eos: int, pad: int, too_short: bool = False
+def step_log_probs(logits: Tensor, at_limit: Tensor | None, bos: int, eos: int, pad: int, too_short: bool = False
                    ) -> Tensor:
     """float32 log-probabilities [N, V] (normalised over the whole vocabulary) with PAD and BOS made
     impossible, EOS too while the output is `too_short` (shorter than min_len) and, in rows at their length
-    limit (at_limit [N]), everything but EOS, which keeps its real log-probability: the limit wins over
-    min_len. One log_softmax kernel: on CPU faster than subtracting a logsumexp from the logits."""
+    limit (at_limit [N]; None: no row is), everything but EOS, which keeps its real log-probability: the limit
+    wins over min_len. Masks, not boolean indexing, so that no step waits for the device. One log_softmax
+    kernel: on CPU faster than subtracting a logsumexp from the logits."""
     logprobs = F.log_softmax(logits.float(), dim=-1)
     logprobs[:, pad] = float("-inf")
     logprobs[:, bos] = float("-inf")
-    if too_short:
+    if too_short and at_limit is None:
+        logprobs[:, eos] = float("-inf")
+    elif too_short:
         logprobs[:, eos] = logprobs[:, eos].masked_fill(~at_limit, float("-inf"))
-    if bool(at_limit.any()):
+    if at_limit is not None:
         eos_logprobs = logprobs[:, eos].clone()
-        logprobs[at_limit] = float("-inf")
+        logprobs.masked_fill_(at_limit[:, None], float("-inf"))
         logprobs[:, eos] = eos_logprobs
     return logprobs
 
