@@ -94,6 +94,7 @@ from nmt import (
 )
 from nmt.precision import Precision, prepare
 from nmt.search import SearchSettings
+from nmt.threads import FreeCores
 
 BEAM, ALPHA = 4, 0.6
 DTYPES = ("fp32", "bf16", "fp16", "int8")
@@ -130,13 +131,23 @@ class FixedLength:
         return logits, attention
 
 
-def ours_fn(model, src, length, ids: Ids):
+def ours_fn(model, src, length, ids: Ids, free_cores: bool = True):
+    """Ours as nmt.translation.translator runs a batch: on a CPU, on the cores other threads leave free
+    (nmt.threads.FreeCores; `free_cores` False: always --threads), the thread count set back afterwards for the
+    peers that share this process."""
     wrapped = FixedLength(model, length, ids.eos)
+    cores = FreeCores(torch.get_num_threads()) if free_cores and src.device.type == "cpu" else None
 
     def run():
-        with torch.inference_mode():
-            return search.run(wrapped, src, SearchSettings(beam=BEAM, length_penalty=ALPHA, max_len_a=0.0,
-                                                           max_len_b=length), ids)
+        wanted = torch.get_num_threads()
+        if cores is not None:
+            cores.fit()
+        try:
+            with torch.inference_mode():
+                return search.run(wrapped, src, SearchSettings(beam=BEAM, length_penalty=ALPHA, max_len_a=0.0,
+                                                               max_len_b=length), ids)
+        finally:
+            torch.set_num_threads(wanted)
 
     def check(result):
         return all(len(h[0].tokens) == length for h in result)
@@ -218,7 +229,8 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
     rows = []
     for batch in map(int, args.batches.split(",")):
         src = sources(batch, vocab, ids).to(device)
-        fns = {"ours": ours_fn(ours_model, src, args.length, ids), "hf": hf_fn(hf_model, src, args.length, ids)}
+        fns = {"ours": ours_fn(ours_model, src, args.length, ids, not args.fixed_threads),
+               "hf": hf_fn(hf_model, src, args.length, ids)}
         if ct2 is not None and (ct2_run := ct2_fn(ct2, src, args.length, device, CT2_TYPES[args.dtype],
                                                   args.threads, args.clock, ids.pad, (BEAM, ALPHA))):
             fns["ct2"] = ct2_run
@@ -281,6 +293,8 @@ def main() -> None:
     p.add_argument("--floor", action="store_true",
                    help="also time our matrix multiplies alone: their share of our time, and HF's time / theirs "
                         "(the most any implementation doing these multiplies could gain over HF)")
+    p.add_argument("--fixed-threads", action="store_true",
+                   help="ours always on --threads threads, not on the cores other threads leave free (nmt.threads)")
     p.add_argument("--busy", action="store_true",
                    help="also time every cell beside one busy-loop process (a second row, 'busy'): what a shared "
                         "machine leaves of each contestant's speed")

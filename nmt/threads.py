@@ -3,10 +3,12 @@
 PyTorch's CPU build runs its parallel work on GNU OpenMP, whose threads spin at the end of every parallel region
 (up to ~300,000 iterations) waiting for the slowest of them. When another process holds a core, the thread that the
 kernel descheduled is that slowest one, and the others spin through their time slices waiting for it: a decoder step
-is hundreds of small parallel regions, so beside one busy-loop process decoding ran 4-25x slower
-(bench/translate.py --busy measures it). With the passive wait policy a waiting thread sleeps at once, giving its
-core to whoever can use it. OpenMP reads the policy once, when torch loads it: `nmt/__init__.py` sets it before
-anything imports torch, and only where the user has not chosen one (OMP_WAIT_POLICY or GOMP_SPINCOUNT set)."""
+is hundreds of small operations, so beside one busy-loop process decoding ran several times slower
+(bench/translate.py --busy measures it). Two things keep the speed: the passive wait policy, with which a waiting
+thread sleeps at once and gives its core to whoever can use it (OpenMP reads it once, when torch loads it:
+`nmt/__init__.py` sets it before anything imports torch, and only where the user has not chosen one:
+OMP_WAIT_POLICY or GOMP_SPINCOUNT set); and FreeCores, which runs each batch on the cores other threads leave
+free."""
 
 from __future__ import annotations
 
@@ -38,3 +40,47 @@ def users_environment() -> Iterator[None]:
         yield
     finally:
         os.environ.update(saved)
+
+
+def running_elsewhere() -> int | None:
+    """Threads of other processes (and of this one besides the caller) that are running or ready to run on this
+    machine right now: /proc/loadavg's count of runnable threads, less the caller. None where it cannot be read."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as f:
+            running = int(f.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0, running - 1)
+
+
+class FreeCores:
+    """The thread count for the next batch: the cores that other threads leave free, at most `wanted` (the
+    --threads asked for, or torch's default of one per core). Two threads beside one busy process on two cores
+    wait for each other at every barrier, while one thread gets a core to itself (bench/translate.py --busy). Read
+    between batches, when this process's pool is asleep (the passive wait policy above), from the count of
+    runnable threads: the median of the last three readings, so that a neighbour's moment of work does not flip it.
+    Where the machine has more CPUs than this process may use, the others are assumed spread evenly over them."""
+
+    def __init__(self, wanted: int):
+        self.wanted = wanted
+        self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        self.share = self.cores / max(self.cores, os.cpu_count() or 1)
+        self.readings: list[int] = []
+
+    def choose(self) -> int:
+        """The thread count for the next batch (`wanted` where runnable threads cannot be read)."""
+        elsewhere = running_elsewhere()
+        if self.wanted <= 1 or elsewhere is None:
+            return self.wanted
+        self.readings = [*self.readings[-2:], elsewhere]
+        busy = sorted(self.readings)[(len(self.readings) - 1) // 2] * self.share
+        return max(1, min(self.wanted, self.cores - round(busy)))
+
+    def fit(self) -> int:
+        """Set torch's intra-op threads for the next batch; returns the count."""
+        import torch  # here, not at the top: `import nmt` imports this module before torch may load
+
+        chosen = self.choose()
+        if torch.get_num_threads() != chosen:
+            torch.set_num_threads(chosen)
+        return chosen

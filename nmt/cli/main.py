@@ -142,7 +142,8 @@ def translate(
                          "output line, n-best lines included.")] = False,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = "auto",
-    threads: Annotated[int, typer.Option(help="CPU threads (0 = torch default).")] = 0,
+    threads: Annotated[int, typer.Option(
+        help="CPU threads at most (0 = one per core); each batch runs on the cores other programs leave free.")] = 0,
     quantize: QuantizeOpt = None,
     attention: Annotated[Path | None, typer.Option(
         help="Save a cross-attention heatmap PNG per sentence into this dir (needs nmt\\[plot]).")] = None,
@@ -192,7 +193,9 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port (serve.port, default 5000; 0 = any free port).")] = None,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = "auto",
-    threads: Annotated[int, typer.Option(help="CPU threads of the model (0 = torch default).")] = 0,
+    threads: Annotated[int, typer.Option(
+        help="CPU threads of the model at most (0 = one per core); each batch runs on the cores other programs leave "
+             "free.")] = 0,
     quantize: QuantizeOpt = None,
     api_key: Annotated[str | None, typer.Option(
         envvar="NMT_API_KEY", help="Require this key on translation requests: LibreTranslate's api_key field or an "

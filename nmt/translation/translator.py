@@ -28,6 +28,7 @@ from nmt.errors import NmtError
 from nmt.log import console
 from nmt.precision import for_inference, prepare
 from nmt.search import Hypothesis, SearchSettings, run
+from nmt.threads import FreeCores
 from nmt.tokenizer import Tokenizer
 from nmt.translation import terminology
 from nmt.translation.glossary import Glossary
@@ -91,6 +92,8 @@ class Translator:
         self.path, self.langs, self.vocab_sizes = ckpt.path, ckpt.langs, ckpt.vocab_sizes
         self.trained_config = ckpt.saved_config
         self.warn = lambda message: console.print(f"[yellow]warning:[/yellow] {message}")
+        # on a CPU, each batch runs on the cores other processes left free (the threads set before loading at most)
+        self.threads = FreeCores(torch.get_num_threads()) if self.device.type == "cpu" else None
 
     @classmethod
     def load(cls, ckpt: str | Path | Checkpoint, cfg: Config | None = None, opts: ModelOptions | None = None,
@@ -172,6 +175,8 @@ class Translator:
             return results
         for positions, batch in source_batches([ids[i] for i in todo], decode.max_tokens, self.special):
             rows = [todo[j] for j in positions]
+            if self.threads is not None:
+                self.threads.fit()
             # a glossary places terms on the words aligned to their source words: the search's own attention
             found = self._search(batch.src.to(self.device), need_attention or bool(glossary), decode)
             for r, hyps in zip(rows, found):

@@ -46,3 +46,32 @@ def test_other_programs_get_the_users_environment(monkeypatch):
     monkeypatch.delenv(threads.OURS)
     with threads.users_environment():
         assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def free_cores(monkeypatch, readings: list[int | None], wanted: int = 2, cores: int = 2, cpus: int = 2):
+    """A FreeCores on a machine of `cpus` CPUs, `cores` of them this process's, whose runnable-thread readings
+    (besides the caller) are `readings`, one per choice."""
+    it = iter(readings)
+    monkeypatch.setattr(threads, "running_elsewhere", lambda: next(it))
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: cpus)
+    return threads.FreeCores(wanted)
+
+
+def test_a_busy_neighbour_leaves_one_thread_a_quiet_machine_all(monkeypatch):
+    f = free_cores(monkeypatch, [0, 1, 1, 1, 0, 0, 5])
+    assert [f.choose() for _ in range(7)] == [2, 2, 1, 1, 1, 2, 2]  # the (lower) median of the last three
+    assert free_cores(monkeypatch, [0, 0]).choose() == 2
+
+
+def test_wanted_is_the_most_and_one_the_least(monkeypatch):
+    assert free_cores(monkeypatch, [0], wanted=1).choose() == 1
+    assert free_cores(monkeypatch, [0], wanted=2, cores=8, cpus=8).choose() == 2
+    assert free_cores(monkeypatch, [9], wanted=4, cores=4, cpus=4).choose() == 1
+    assert free_cores(monkeypatch, [None], wanted=3, cores=4, cpus=4).choose() == 3  # no /proc/loadavg
+
+
+def test_others_on_a_bigger_machine_count_by_our_share_of_it(monkeypatch):
+    # 4 threads running elsewhere on a 64-CPU machine of which 2 are ours: 1/8 of a core on ours
+    assert free_cores(monkeypatch, [4], cores=2, cpus=64).choose() == 2
+

@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nmt import checkpoint
+from nmt import checkpoint, threads
 from nmt.config.experiment import Config, DecodeConfig, load_config
 from nmt.errors import CheckpointError, NmtError
 from nmt.kernels import CPULinear
@@ -318,3 +318,23 @@ def test_sampling_and_min_len_through_the_config(demo_run, tmp_path):
     for bad in ("decode.sampling_topp=1.5", "decode.sampling_temperature=0", "decode.min_len=-1"):
         with pytest.raises(NmtError, match="decode.(sampling|min_len)"):
             load_config(None, [bad])
+
+
+def test_the_translator_runs_each_batch_on_the_free_cores(monkeypatch, translator):
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        translator.threads = threads.FreeCores(2)
+        monkeypatch.setattr(threads, "running_elsewhere", lambda: 1)
+        translator.translate_chunk(["the red car"])
+        assert torch.get_num_threads() == 1
+        quiet_busy_quiet = iter([0, 1, 0])
+        monkeypatch.setattr(threads, "running_elsewhere", lambda: next(quiet_busy_quiet))
+        translator.translate_chunk(["the red car"])  # readings 1, 0: the lower median, 0
+        assert torch.get_num_threads() == 2
+        translator.translate_chunk(["the red car"])  # 1, 0, 1: busy again
+        assert torch.get_num_threads() == 1
+        translator.translate_chunk(["the red car"])  # 0, 1, 0: a moment's work elsewhere does not hold it
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
