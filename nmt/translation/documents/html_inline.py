@@ -21,15 +21,22 @@ from dataclasses import dataclass
 from nmt import workbudget
 from nmt.translation.documents.inline import Aligned, Paragraph, Path, Piece, Run
 
-# Elements that stay inside a sentence (the rest, and comments, end a paragraph: p, div, li, td, br, h1...).
+# Elements that stay inside a sentence (the rest, and comments, end a paragraph: p, div, li, td, br, h1...). MathML
+# and SVG are inline in HTML (a formula or an icon among the words: an atom, nmt.translation.documents.html skips
+# them); <ruby> holds its base text (<rb>) and annotations (<rt>, <rp>, <rtc>: atoms), all in the sentence.
 INLINE_TAGS = frozenset({"a", "abbr", "b", "bdi", "bdo", "big", "cite", "code", "data", "del", "dfn", "em", "font",
                          "i", "ins", "kbd", "label", "mark", "nobr", "q", "s", "samp", "small", "span", "strong",
-                         "sub", "sup", "time", "tt", "u", "var"})
+                         "sub", "sup", "time", "tt", "u", "var", "math", "svg", "ruby", "rb", "rt", "rp", "rtc"})
 # html.unescape's own pattern, so that decoding atom by atom gives exactly what the parser decoded.
 _CHARREF = re.compile(r"&(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)")
 _URL_LIKE = re.compile(r"(?:[a-z][a-z0-9+.-]*://|www\.|mailto:)\S*|[@#][\w.@-]+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
                        r"|(?:[\w-]+\.)+[a-z]{2,}/\S*", re.IGNORECASE)
 _TRAILING = ".,;:!?)]»”’'\""  # punctuation after a URL or mention that belongs to the sentence
+# Punctuation written against an atom, on the side away from the words: an opening bracket or quote before it, a
+# closing one or a comma, colon, semicolon after it (up to a space); part of the layout, kept with the atom.
+_OPENING = re.compile(r"(?:^|(?<=\s))[(\[{«“‘„'\"]+$")
+_CLOSING = re.compile(r"^[)\]}»”’'\",;:]+(?=\s|$|[.!?…])")
+_SENTENCE_END = frozenset(".!?…。！？")
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,7 @@ class HtmlParagraph:
 
     def __init__(self, tokens: Sequence[Token]):
         self._raw = "".join(t.raw for t in tokens)
-        tokens = _atoms_for_unpaired(list(tokens))
+        tokens = glue_separators(_atoms_for_unpaired(list(tokens)))
         self._open: dict[int, str] = {}
         self._close: dict[int, str] = {}
         self._sources: list[tuple[str, list[int] | None]] = []  # each run's raw text and decoded -> raw offsets
@@ -151,6 +158,39 @@ def _atoms_for_unpaired(tokens: list[Token]) -> list[Token]:
         out.append(Token("atom", tokens[k].raw) if k in stray else tokens[k])
         k += 1
     return out
+
+
+def glue_separators(tokens: list[Token]) -> list[Token]:
+    """Atoms with the separators the model must not move: punctuation written against an atom joins it (`_OPENING`,
+    `_CLOSING`), and atoms with only spaces and punctuation between them (no word, no sentence end) are one atom,
+    so "<code>a</code>, <code>b</code>" and "<kbd>Ctrl</kbd>+<kbd>C</kbd>" stay apart and in order, as written."""
+    out: list[Token] = []
+    for k, token in enumerate(tokens):
+        after_atom = bool(out) and out[-1].kind == "atom"
+        before_atom = k + 1 < len(tokens) and tokens[k + 1].kind == "atom"
+        if token.kind == "text" and after_atom and before_atom and _separator(token.raw):
+            out[-1] = Token("atom", out[-1].raw + token.raw)
+            continue
+        if token.kind == "atom" and after_atom:
+            out[-1] = Token("atom", out[-1].raw + token.raw)
+            continue
+        if token.kind == "atom" and out and out[-1].kind == "text" and (lead := _OPENING.search(out[-1].raw)):
+            rest = out[-1].raw[:lead.start()]
+            out[-1:] = [Token("text", rest)] if rest else []
+            token = Token("atom", lead.group() + token.raw)
+        elif token.kind == "text" and after_atom and (tail := _CLOSING.match(token.raw)):
+            out[-1] = Token("atom", out[-1].raw + tail.group())
+            token = Token("text", token.raw[tail.end():])
+            if not token.raw:
+                continue
+        out.append(token)
+    return out
+
+
+def _separator(raw: str) -> bool:
+    """Whether text between two atoms is only spaces and punctuation that ends no sentence."""
+    decoded = _decode(raw)[0]
+    return not any(c.isalnum() or c in _SENTENCE_END for c in decoded)
 
 
 def _decode(raw: str) -> tuple[str, list[int]]:
