@@ -30,7 +30,7 @@ _DIALOGUE = re.compile(r"-[ \t]*(?=\S)")
 
 
 def translate(src: Path, dst: Path, translate_paragraphs: TranslateParagraphs) -> int:
-    text, style = read_text(src)
+    text, style = read_text(src, legacy=True)  # UTF-16 and Windows-1252 too: subtitle editors write them
     vtt = src.suffix.lower() == ".vtt" or text.startswith("WEBVTT")
     if vtt and not re.match(r"WEBVTT(?:[ \t\r\n]|$)", text):
         raise NmtError(f"{src}: not a WebVTT file (it must start with WEBVTT)")
