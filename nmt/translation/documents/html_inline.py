@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nmt import workbudget
+from nmt.translation.documents import atoms
+from nmt.translation.documents.atoms import Bit
 from nmt.translation.documents.inline import Aligned, Paragraph, Path, Piece, Run
 
 # Elements that stay inside a sentence (the rest, and comments, end a paragraph: p, div, li, td, br, h1...). MathML
@@ -32,11 +34,6 @@ _CHARREF = re.compile(r"&(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)"
 _URL_LIKE = re.compile(r"(?:[a-z][a-z0-9+.-]*://|www\.|mailto:)\S*|[@#][\w.@-]+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
                        r"|(?:[\w-]+\.)+[a-z]{2,}/\S*", re.IGNORECASE)
 _TRAILING = ".,;:!?)]»”’'\""  # punctuation after a URL or mention that belongs to the sentence
-# Punctuation written against an atom, on the side away from the words: an opening bracket or quote before it, a
-# closing one or a comma, colon, semicolon after it (up to a space); part of the layout, kept with the atom.
-_OPENING = re.compile(r"(?:^|(?<=\s))[(\[{«“‘„'\"]+$")
-_CLOSING = re.compile(r"^[)\]}»”’'\",;:]+(?=\s|$|[.!?…])")
-_SENTENCE_END = frozenset(".!?…。！？")
 
 
 @dataclass(frozen=True)
@@ -161,36 +158,10 @@ def _atoms_for_unpaired(tokens: list[Token]) -> list[Token]:
 
 
 def glue_separators(tokens: list[Token]) -> list[Token]:
-    """Atoms with the separators the model must not move: punctuation written against an atom joins it (`_OPENING`,
-    `_CLOSING`), and atoms with only spaces and punctuation between them (no word, no sentence end) are one atom,
-    so "<code>a</code>, <code>b</code>" and "<kbd>Ctrl</kbd>+<kbd>C</kbd>" stay apart and in order, as written."""
-    out: list[Token] = []
-    for k, token in enumerate(tokens):
-        after_atom = bool(out) and out[-1].kind == "atom"
-        before_atom = k + 1 < len(tokens) and tokens[k + 1].kind == "atom"
-        if token.kind == "text" and after_atom and before_atom and _separator(token.raw):
-            out[-1] = Token("atom", out[-1].raw + token.raw)
-            continue
-        if token.kind == "atom" and after_atom:
-            out[-1] = Token("atom", out[-1].raw + token.raw)
-            continue
-        if token.kind == "atom" and out and out[-1].kind == "text" and (lead := _OPENING.search(out[-1].raw)):
-            rest = out[-1].raw[:lead.start()]
-            out[-1:] = [Token("text", rest)] if rest else []
-            token = Token("atom", lead.group() + token.raw)
-        elif token.kind == "text" and after_atom and (tail := _CLOSING.match(token.raw)):
-            out[-1] = Token("atom", out[-1].raw + tail.group())
-            token = Token("text", token.raw[tail.end():])
-            if not token.raw:
-                continue
-        out.append(token)
-    return out
-
-
-def _separator(raw: str) -> bool:
-    """Whether text between two atoms is only spaces and punctuation that ends no sentence."""
-    decoded = _decode(raw)[0]
-    return not any(c.isalnum() or c in _SENTENCE_END for c in decoded)
+    """Tokens with each atom's separators made part of it (nmt.translation.documents.atoms): punctuation written
+    against it, and atoms with only spaces and punctuation between them one atom ("<kbd>Ctrl</kbd>+<kbd>C</kbd>")."""
+    bits = [Bit(t.kind, t.raw, _decode(t.raw)[0] if t.kind == "text" else t.tag) for t in tokens]
+    return [Token(b.kind, b.raw, b.text if b.kind in ("open", "close") else "") for b in atoms.glue_separators(bits)]
 
 
 def _decode(raw: str) -> tuple[str, list[int]]:

@@ -21,6 +21,8 @@ from pathlib import Path
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from nmt.translation.documents import atoms
+from nmt.translation.documents.atoms import Bit
 from nmt.translation.documents.inline import Paragraph, Piece, Run
 from nmt.translation.documents.inline import Path as RunPath
 from nmt.translation.documents.txt import TranslateParagraphs, has_letter, read_text, write_text
@@ -48,15 +50,20 @@ class _Inline:
     raws: list[str] = field(default_factory=list)
     opens: dict[int, str] = field(default_factory=dict)
     closes: dict[int, str] = field(default_factory=dict)
+    # Shortcut and collapsed reference links ("[text]", "[text][]") resolve by their text: once it is translated,
+    # their end is written as a full reference to the source's label, "[translated][text]", which still resolves.
+    references: dict[int, str] = field(default_factory=dict)
 
     def write(self, pieces: list[Piece]) -> str:
         out: list[str] = []
         path: RunPath = ()
+        changed = {k for piece in pieces if piece.source is None for k in piece.path}  # containers with new text
         for piece in [*pieces, Piece("", ())]:
             common = 0
             while common < min(len(path), len(piece.path)) and path[common] == piece.path[common]:
                 common += 1
-            out += [self.closes[k] for k in reversed(path[common:])] + [self.opens[k] for k in piece.path[common:]]
+            out += [self.references[k] if k in changed and k in self.references else self.closes[k]  # type: ignore
+                    for k in reversed(path[common:])] + [self.opens[k] for k in piece.path[common:]]  # type: ignore
             out.append(self._text(piece))
             path = piece.path
         return "".join(out)
@@ -139,21 +146,27 @@ def _runs(token: Token, text: str, positions: list[int]) -> _Inline | None:
         return None
     inline = _Inline(positions[0], positions[-1])
     bounds = [positions[a] for _, a in spans] + [positions[-1]]
-    stack: list[int] = []
-    for (child, _), start, end in zip(spans, bounds, bounds[1:]):
+    stack: list[tuple[int, int]] = []  # open containers: handle, where their text starts in `content`
+    bits: list[Bit] = []
+    for (child, at), start, end in zip(spans, bounds, bounds[1:]):
         raw = text[start:end]
-        index = len(inline.runs) + len(inline.opens)
+        index = len(bits) + len(inline.opens)
         if child.type in _CONTAINERS:
             inline.opens[index] = raw
-            stack.append(index)
+            stack.append((index, at + len(raw)))
         elif child.type in _CONTAINERS.values():
-            inline.closes[stack.pop()] = raw
+            handle, begin = stack.pop()
+            inline.closes[handle] = raw
+            if child.type == "link_close" and raw in ("]", "][]"):
+                inline.references[handle] = f"][{' '.join(content[begin:at].split())}]"
         else:
             kind = child.type
             words = kind in ("text", "text_special", "softbreak")
             run_text = "\n" if kind == "softbreak" else child.content if words else raw
-            inline.runs.append(Run(run_text, tuple(stack), atom=not words))
-            inline.raws.append(raw)
+            bits.append(Bit("text" if words else "atom", raw, run_text, tuple(h for h, _ in stack)))
+    for bit in atoms.glue_separators(bits):  # an atom takes the punctuation written against it
+        inline.runs.append(Run(bit.text if bit.kind == "text" else bit.raw, bit.group, atom=bit.kind == "atom"))
+        inline.raws.append(bit.raw)
     return inline if not stack else None
 
 
