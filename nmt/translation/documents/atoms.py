@@ -6,7 +6,7 @@ comma of "`Applications`, then" away from its code span: those bytes are layout,
 Shared by the HTML path (nmt.translation.documents.html_inline: tokens) and Markdown (nmt.translation.documents.md:
 runs), each giving its pieces as `Bit`s: only a "text" bit next to an "atom" bit of the same `group` (an HTML
 paragraph's tags are bits of their own kind; a Markdown run's group is its formatting path) is glued. A sentence end
-(".", "!", "?"...) is never taken: it still cuts the sentences, and the model still sees it."""
+(".", "!", "?"... then a space) is never taken: it still cuts the sentences, and the model still sees it."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 # one, a comma, colon or semicolon against its end (up to a space, a sentence end or the text's end).
 _OPENING = re.compile(r"(?:^|(?<=\s))[(\[{«“‘„'\"]+$")
 _CLOSING = re.compile(r"^[)\]}»”’'\",;:]+(?=\s|$|[.!?…])")
-SENTENCE_END = frozenset(".!?…。！？")
+_ENDS = re.compile(r"[.!?…؟।][\"'”’»)\]]*\s|[。！？]")  # a sentence end, as nmt.translation.documents.sentences has it
 
 
 @dataclass(frozen=True)
@@ -68,5 +68,6 @@ def _joined(atom: Bit, bit: Bit) -> Bit:
 
 
 def _separator(text: str) -> bool:
-    """Whether text between two atoms is only spaces and punctuation that ends no sentence."""
-    return not any(c.isalnum() or c in SENTENCE_END for c in text)
+    """Whether text between two atoms is only spaces and punctuation that ends no sentence (a sentence ends with
+    its punctuation then a space, as nmt.translation.documents.sentences splits: "`$`...`$`" is one atom)."""
+    return not any(c.isalnum() for c in text) and not _ENDS.search(text)

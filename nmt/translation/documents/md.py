@@ -148,10 +148,17 @@ def _runs(token: Token, text: str, positions: list[int]) -> _Inline | None:
     bounds = [positions[a] for _, a in spans] + [positions[-1]]
     stack: list[tuple[int, int]] = []  # open containers: handle, where their text starts in `content`
     bits: list[Bit] = []
-    for (child, at), start, end in zip(spans, bounds, bounds[1:]):
+    wordless = _wordless(spans)
+    k = 0
+    while k < len(spans):
+        (child, at), start, end = spans[k], bounds[k], bounds[k + 1]
         raw = text[start:end]
         index = len(bits) + len(inline.opens)
-        if child.type in _CONTAINERS:
+        k += 1
+        if k - 1 in wordless:  # "[`xcolor`]": nothing to translate in it, so the whole link is an atom
+            k = wordless[k - 1] + 1
+            bits.append(Bit("atom", text[start:bounds[k]], text[start:bounds[k]], tuple(h for h, _ in stack)))
+        elif child.type in _CONTAINERS:
             inline.opens[index] = raw
             stack.append((index, at + len(raw)))
         elif child.type in _CONTAINERS.values():
@@ -168,6 +175,26 @@ def _runs(token: Token, text: str, positions: list[int]) -> _Inline | None:
         inline.runs.append(Run(bit.text if bit.kind == "text" else bit.raw, bit.group, atom=bit.kind == "atom"))
         inline.raws.append(bit.raw)
     return inline if not stack else None
+
+
+def _wordless(spans: list[tuple[Token, int]]) -> dict[int, int]:
+    """The outermost containers with no letter or digit in their text (a link around a code span): the index of
+    each one's opening child -> that of its closing one."""
+    out: dict[int, int] = {}
+    stack: list[tuple[int, bool]] = []  # open containers: index, whether a word was seen in it
+    for k, (child, _) in enumerate(spans):
+        if child.type in _CONTAINERS:
+            stack.append((k, False))
+        elif child.type in _CONTAINERS.values() and stack:
+            opened, word = stack.pop()
+            if not word:  # it holds the wordless containers closed so far inside it: they go
+                out = {start: end for start, end in out.items() if not opened < start < k}
+                out[opened] = k
+            if word and stack:
+                stack[-1] = (stack[-1][0], True)
+        elif child.type in ("text", "text_special") and any(c.isalnum() for c in child.content) and stack:
+            stack[-1] = (stack[-1][0], True)
+    return out
 
 
 def _locate(children: list[Token], content: str) -> list[tuple[Token, int]] | None:

@@ -64,3 +64,17 @@ def test_adjacent_code_spans_keep_their_separators(tmp_path: Path) -> None:
              if c.type == "code_inline"]
     assert sorted(codes) == ["Applications", "Utilities", "a", "b", "c"]
     assert "`Applications`," in out and "`a` `b`" in out and "(`c`)" in out
+
+
+def test_a_link_around_code_alone_is_one_atom_with_its_separators(tmp_path: Path) -> None:
+    # pandoc's MANUAL lists LaTeX packages as "[`bookmark`], [`xcolor`],\n[`soul`]": the demo model glued two into
+    # "[`xcolor`][`soul`]", a full reference to the wrong label (88 of 205 links lost; now none).
+    source = ("Packages: [`bookmark`], [`xcolor`],\n[`soul`] and [the `y` tool] here.\n\n"
+              "Either `$`...`$` or `${`...`}` may be used.\n\n"
+              "[`bookmark`]: https://ctan.org/pkg/bookmark\n[`xcolor`]: https://ctan.org/pkg/xcolor\n"
+              "[`soul`]: https://ctan.org/pkg/soul\n[the `y` tool]: https://example.org/y\n")
+    out = translated(tmp_path, source)
+    assert sorted(links(out)) == sorted(links(source)) and len(links(source)) == 4
+    assert "[`bookmark`], [`xcolor`],\n[`soul`]" in out  # kept together, as written
+    assert "[TOOL THE `y`][the `y` tool]" in out  # a link with a word in it is translated
+    assert "`$`...`$`" in out and "`${`...`}`" in out  # "..." between two atoms ends no sentence
