@@ -8,13 +8,14 @@ HTML, and reports where each construct starts (`getpos()`), so the fragment can 
 slices are copied as they are, and only text slices that were translated are written anew.
 
 Segmentation: a paragraph runs between block boundaries (p, div, li, td, br, h1..., any tag not known to be inline,
-comments); inline elements (a, b, i, span, ...) do not end it. Its sentences are split over the text joined across
-the inline tags, each is translated once as plain text, and each inline element is put back around the target words
-aligned to its source words by the model's cross-attention (nmt.translation.documents.inline,
+comments); inline elements (a, b, i, span, ...) do not end it. Its sentences are split over the text joined across the
+inline tags, each is translated once as plain text, and each inline element is put back around the target words aligned
+to its source words by the model's cross-attention (nmt.translation.documents.inline,
 nmt.translation.documents.html_inline), so "the <b>red</b> car" is one sentence with <b>…</b> on the word for "red".
-Text not to be translated (code, mentions, URLs, text under translate="no") inside a sentence is an atom: never sent,
-kept as written, in its place among the words. (LibreTranslate translates each text node apart, which gives the model
-fragments: "the", "red", "car".)
+Text not to be translated (code, kbd, var, samp, MathML, SVG, ruby annotations, mentions, URLs, text under
+translate="no") inside a sentence is an atom: never sent, kept as written, in its place among the words, with the
+punctuation written against it (nmt.translation.documents.atoms); a <ruby>'s base text stays in its sentence.
+(LibreTranslate translates each text node apart, which gives the model fragments: "the", "red", "car".)
 """
 
 from __future__ import annotations

@@ -7,9 +7,12 @@ its block tokens carry their source lines (`token.map`), its inline tokens the b
 one after the other in it, so every token has its source bytes: emphasis, strong, strikethrough and links become
 nmt.translation.documents.inline containers (their markup moves with their words; a link's target and title are its
 closing markup, never translated), and inline code, images, inline HTML, autolinks and hard breaks atoms (kept as
-written, among their words). Code blocks, HTML blocks and YAML/TOML front matter have no inline text: untouched. A block
-whose text cannot be found back in its source (tabs expanded by the parser) is kept as written. A soft line break inside
-a translated sentence becomes a space: the paragraph renders the same.
+written, among their words, with the punctuation written against them: nmt.translation.documents.atoms), as is a
+container with no word in it ("[`xcolor`]"). A shortcut or collapsed reference link ("[text]", "[text][]") whose text is
+translated is written as a full reference to its source label ("[Text][text]"): it finds its definition by its text,
+which the translation changed. Code blocks, HTML blocks and YAML/TOML front matter have no inline text: untouched. A
+block whose text cannot be found back in its source (tabs expanded by the parser) is kept as written. A soft line break
+inside a translated sentence becomes a space: the paragraph renders the same.
 """
 
 from __future__ import annotations

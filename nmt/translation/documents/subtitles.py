@@ -10,6 +10,8 @@ paragraph): each cue stays on screen with its own timing, so a sentence running 
 parts, and overlapping cues are simply two cues. A translated cue is wrapped again into as many lines as it had.
 Tags (<i>, <b>, <u>, <font ...>, VTT's <c.x>, <v Name>, <lang x>) are inline containers placed on the aligned
 words (nmt.translation.documents.html_inline); an unclosed tag (<v Name>) and VTT timestamps (<00:01.000>) are atoms.
+Files in UTF-16 or Windows-1252, as subtitle editors save them, are read and written back in their encoding
+(nmt.translation.documents.txt.read_text's legacy rule).
 """
 
 from __future__ import annotations
