@@ -37,6 +37,9 @@ FORMATS = {".txt": "txt", ".md": "md", ".markdown": "md", ".html": "html", ".htm
 # format name -> module of nmt.translation.documents
 MODULES = {"txt": "txt", "md": "md", "html": "html", "srt": "subtitles", "vtt": "subtitles", "docx": "docx",
            "pptx": "pptx", "odt": "odt", "epub": "epub"}
+# zip formats: the kind named in refusals and the member each needs (what their modules open the zip with)
+CONTAINERS = {"docx": ("docx", "word/document.xml"), "pptx": ("pptx", "ppt/presentation.xml"),
+              "odt": ("odt", "content.xml"), "epub": ("EPUB", "META-INF/container.xml")}
 BINARY = frozenset({"docx", "pptx", "odt", "epub", "pdf"})  # no stdout for these: --output is required
 LINES = "lines"  # `nmt translate --format lines`: the line-by-line path
 # .txt keeps `nmt translate`'s line-by-line behaviour unless --format txt asks for paragraphs
@@ -84,13 +87,24 @@ def format_module(fmt: str) -> Any:
 
 
 def check_document(src: Path, fmt: str, max_bytes: int = MAX_BYTES) -> None:
-    """Refuse early (before a model loads): a missing file, one over the size limit, a format that cannot be read."""
+    """Refuse early (before a model loads): a missing file, one over the size limit, a format that cannot be read,
+    a container that does not open (not a zip, truncated, encrypted, a bomb by its headers, no main part) or a text
+    that does not decode. Cheap: a zip's directory is read, no member; a text (at most `max_bytes`) is decoded."""
     if not src.is_file():
         raise NmtError(f"input file not found: {src}")
     size = src.stat().st_size
     if size > max_bytes:
         raise NmtError(f"{src} is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:.0f} MiB limit for documents")
     format_module(fmt)
+    if fmt in CONTAINERS:
+        from nmt.translation.documents.safezip import open_zip
+
+        with open_zip(src, *CONTAINERS[fmt]):
+            pass
+    elif fmt in MODULES:
+        from nmt.translation.documents.txt import read_text
+
+        read_text(src, legacy=fmt in ("srt", "vtt"))
 
 
 def translate_document(translator: SentenceTranslator, src: Path, dst: Path, fmt: str | None = None,

@@ -8,13 +8,14 @@ HTML, and reports where each construct starts (`getpos()`), so the fragment can 
 slices are copied as they are, and only text slices that were translated are written anew.
 
 Segmentation: a paragraph runs between block boundaries (p, div, li, td, br, h1..., any tag not known to be inline,
-comments); inline elements (a, b, i, span, ...) do not end it. Its sentences are split over the text joined across
-the inline tags, each is translated once as plain text, and each inline element is put back around the target words
-aligned to its source words by the model's cross-attention (nmt.translation.documents.inline,
+comments); inline elements (a, b, i, span, ...) do not end it. Its sentences are split over the text joined across the
+inline tags, each is translated once as plain text, and each inline element is put back around the target words aligned
+to its source words by the model's cross-attention (nmt.translation.documents.inline,
 nmt.translation.documents.html_inline), so "the <b>red</b> car" is one sentence with <b>…</b> on the word for "red".
-Text not to be translated (code, mentions, URLs, text under translate="no") inside a sentence is an atom: never sent,
-kept as written, in its place among the words. (LibreTranslate translates each text node apart, which gives the model
-fragments: "the", "red", "car".)
+Text not to be translated (code, kbd, var, samp, MathML, SVG, ruby annotations, mentions, URLs, text under
+translate="no") inside a sentence is an atom: never sent, kept as written, in its place among the words, with the
+punctuation written against it (nmt.translation.documents.atoms); a <ruby>'s base text stays in its sentence.
+(LibreTranslate translates each text node apart, which gives the model fragments: "the", "red", "car".)
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ from nmt.translation.documents.txt import TranslateParagraphs, read_text, write_
 
 __all__ = ["ABBREVIATIONS", "HtmlDoc", "parse_html", "split_sentences"]
 
-# Elements whose text is code, keyboard input or program output, never prose.
-SKIP_TAGS = frozenset({"code", "pre", "script", "style", "kbd", "samp", "var"})
+# Elements whose text is code, keyboard input, program output, a formula or a drawing, never prose; and ruby
+# annotations (<rt>, <rp>, <rtc>: the reading of the base text, kept as written while the base text is translated in
+# its sentence).
+SKIP_TAGS = frozenset({"code", "pre", "script", "style", "kbd", "samp", "var", "math", "svg", "rt", "rp", "rtc"})
 # Classes that say "do not translate": the Google/HTML convention, and Mastodon/Akkoma's mentions, hashtags and the
 # pieces of shortened links (translating "bob" in "@bob" or a URL's hidden tail breaks them).
 SKIP_CLASSES = frozenset({"notranslate", "mention", "hashtag", "h-card", "u-url", "invisible", "ellipsis"})
@@ -120,7 +123,7 @@ def parse_html(fragment: str, xml: bool = False) -> HtmlDoc:
                 tokens.extend(text_tokens(prose))
             if len(prose) < len(raw):
                 boundary(raw[len(prose):])
-        elif (kind == "skip" and tag in INLINE_TAGS or kind == "start" and tag in INLINE_VOID
+        elif (kind == "skip" and local_name(tag) in INLINE_TAGS or kind == "start" and tag in INLINE_VOID
               or kind == "empty" and (tag in INLINE_TAGS or tag in INLINE_VOID)):
             tokens.append(Token("atom", raw))
         elif kind in ("start", "end") and tag in INLINE_TAGS:
@@ -256,8 +259,13 @@ def _last_match(pattern: re.Pattern[str], source: str) -> int:
 def _skips(tag: str, attrs: list[tuple[str, str | None]]) -> bool:
     """Whether an element's own tag or attributes say its text is not to be translated."""
     values = {name: value or "" for name, value in attrs}
-    return (tag in SKIP_TAGS or values.get("translate", "").strip().lower() == "no"
+    return (local_name(tag) in SKIP_TAGS or values.get("translate", "").strip().lower() == "no"
             or not SKIP_CLASSES.isdisjoint(values.get("class", "").split()))
+
+
+def local_name(tag: str) -> str:
+    """A tag without its XML prefix: XHTML may write MathML as <m:math>."""
+    return tag.rpartition(":")[2]
 
 
 def source_slices(source: str, xml: bool = False) -> list[tuple[str, str, str]]:

@@ -19,12 +19,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nmt import workbudget
+from nmt.translation.documents import atoms
+from nmt.translation.documents.atoms import Bit
 from nmt.translation.documents.inline import Aligned, Paragraph, Path, Piece, Run
 
-# Elements that stay inside a sentence (the rest, and comments, end a paragraph: p, div, li, td, br, h1...).
+# Elements that stay inside a sentence (the rest, and comments, end a paragraph: p, div, li, td, br, h1...). MathML
+# and SVG are inline in HTML (a formula or an icon among the words: an atom, nmt.translation.documents.html skips
+# them); <ruby> holds its base text (<rb>) and annotations (<rt>, <rp>, <rtc>: atoms), all in the sentence.
 INLINE_TAGS = frozenset({"a", "abbr", "b", "bdi", "bdo", "big", "cite", "code", "data", "del", "dfn", "em", "font",
                          "i", "ins", "kbd", "label", "mark", "nobr", "q", "s", "samp", "small", "span", "strong",
-                         "sub", "sup", "time", "tt", "u", "var"})
+                         "sub", "sup", "time", "tt", "u", "var", "math", "svg", "ruby", "rb", "rt", "rp", "rtc"})
 # html.unescape's own pattern, so that decoding atom by atom gives exactly what the parser decoded.
 _CHARREF = re.compile(r"&(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)")
 _URL_LIKE = re.compile(r"(?:[a-z][a-z0-9+.-]*://|www\.|mailto:)\S*|[@#][\w.@-]+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
@@ -60,7 +64,7 @@ class HtmlParagraph:
 
     def __init__(self, tokens: Sequence[Token]):
         self._raw = "".join(t.raw for t in tokens)
-        tokens = _atoms_for_unpaired(list(tokens))
+        tokens = glue_separators(_atoms_for_unpaired(list(tokens)))
         self._open: dict[int, str] = {}
         self._close: dict[int, str] = {}
         self._sources: list[tuple[str, list[int] | None]] = []  # each run's raw text and decoded -> raw offsets
@@ -151,6 +155,13 @@ def _atoms_for_unpaired(tokens: list[Token]) -> list[Token]:
         out.append(Token("atom", tokens[k].raw) if k in stray else tokens[k])
         k += 1
     return out
+
+
+def glue_separators(tokens: list[Token]) -> list[Token]:
+    """Tokens with each atom's separators made part of it (nmt.translation.documents.atoms): punctuation written
+    against it, and atoms with only spaces and punctuation between them one atom ("<kbd>Ctrl</kbd>+<kbd>C</kbd>")."""
+    bits = [Bit(t.kind, t.raw, _decode(t.raw)[0] if t.kind == "text" else t.tag) for t in tokens]
+    return [Token(b.kind, b.raw, b.text if b.kind in ("open", "close") else "") for b in atoms.glue_separators(bits)]
 
 
 def _decode(raw: str) -> tuple[str, list[int]]:

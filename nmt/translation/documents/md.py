@@ -7,9 +7,12 @@ its block tokens carry their source lines (`token.map`), its inline tokens the b
 one after the other in it, so every token has its source bytes: emphasis, strong, strikethrough and links become
 nmt.translation.documents.inline containers (their markup moves with their words; a link's target and title are its
 closing markup, never translated), and inline code, images, inline HTML, autolinks and hard breaks atoms (kept as
-written, among their words). Code blocks, HTML blocks and YAML/TOML front matter have no inline text: untouched. A block
-whose text cannot be found back in its source (tabs expanded by the parser) is kept as written. A soft line break inside
-a translated sentence becomes a space: the paragraph renders the same.
+written, among their words, with the punctuation written against them: nmt.translation.documents.atoms), as is a
+container with no word in it ("[`xcolor`]"). A shortcut or collapsed reference link ("[text]", "[text][]") whose text is
+translated is written as a full reference to its source label ("[Text][text]"): it finds its definition by its text,
+which the translation changed. Code blocks, HTML blocks and YAML/TOML front matter have no inline text: untouched. A
+block whose text cannot be found back in its source (tabs expanded by the parser) is kept as written. A soft line break
+inside a translated sentence becomes a space: the paragraph renders the same.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from pathlib import Path
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from nmt.translation.documents import atoms
+from nmt.translation.documents.atoms import Bit
 from nmt.translation.documents.inline import Paragraph, Piece, Run
 from nmt.translation.documents.inline import Path as RunPath
 from nmt.translation.documents.txt import TranslateParagraphs, has_letter, read_text, write_text
@@ -48,15 +53,20 @@ class _Inline:
     raws: list[str] = field(default_factory=list)
     opens: dict[int, str] = field(default_factory=dict)
     closes: dict[int, str] = field(default_factory=dict)
+    # Shortcut and collapsed reference links ("[text]", "[text][]") resolve by their text: once it is translated,
+    # their end is written as a full reference to the source's label, "[translated][text]", which still resolves.
+    references: dict[int, str] = field(default_factory=dict)
 
     def write(self, pieces: list[Piece]) -> str:
         out: list[str] = []
         path: RunPath = ()
+        changed = {k for piece in pieces if piece.source is None for k in piece.path}  # containers with new text
         for piece in [*pieces, Piece("", ())]:
             common = 0
             while common < min(len(path), len(piece.path)) and path[common] == piece.path[common]:
                 common += 1
-            out += [self.closes[k] for k in reversed(path[common:])] + [self.opens[k] for k in piece.path[common:]]
+            out += [self.references[k] if k in changed and k in self.references else self.closes[k]  # type: ignore
+                    for k in reversed(path[common:])] + [self.opens[k] for k in piece.path[common:]]  # type: ignore
             out.append(self._text(piece))
             path = piece.path
         return "".join(out)
@@ -139,22 +149,55 @@ def _runs(token: Token, text: str, positions: list[int]) -> _Inline | None:
         return None
     inline = _Inline(positions[0], positions[-1])
     bounds = [positions[a] for _, a in spans] + [positions[-1]]
-    stack: list[int] = []
-    for (child, _), start, end in zip(spans, bounds, bounds[1:]):
+    stack: list[tuple[int, int]] = []  # open containers: handle, where their text starts in `content`
+    bits: list[Bit] = []
+    wordless = _wordless(spans)
+    k = 0
+    while k < len(spans):
+        (child, at), start, end = spans[k], bounds[k], bounds[k + 1]
         raw = text[start:end]
-        index = len(inline.runs) + len(inline.opens)
-        if child.type in _CONTAINERS:
+        index = len(bits) + len(inline.opens)
+        k += 1
+        if k - 1 in wordless:  # "[`xcolor`]": nothing to translate in it, so the whole link is an atom
+            k = wordless[k - 1] + 1
+            bits.append(Bit("atom", text[start:bounds[k]], text[start:bounds[k]], tuple(h for h, _ in stack)))
+        elif child.type in _CONTAINERS:
             inline.opens[index] = raw
-            stack.append(index)
+            stack.append((index, at + len(raw)))
         elif child.type in _CONTAINERS.values():
-            inline.closes[stack.pop()] = raw
+            handle, begin = stack.pop()
+            inline.closes[handle] = raw
+            if child.type == "link_close" and raw in ("]", "][]"):
+                inline.references[handle] = f"][{' '.join(content[begin:at].split())}]"
         else:
             kind = child.type
             words = kind in ("text", "text_special", "softbreak")
             run_text = "\n" if kind == "softbreak" else child.content if words else raw
-            inline.runs.append(Run(run_text, tuple(stack), atom=not words))
-            inline.raws.append(raw)
+            bits.append(Bit("text" if words else "atom", raw, run_text, tuple(h for h, _ in stack)))
+    for bit in atoms.glue_separators(bits):  # an atom takes the punctuation written against it
+        inline.runs.append(Run(bit.text if bit.kind == "text" else bit.raw, bit.group, atom=bit.kind == "atom"))
+        inline.raws.append(bit.raw)
     return inline if not stack else None
+
+
+def _wordless(spans: list[tuple[Token, int]]) -> dict[int, int]:
+    """The outermost containers with no letter or digit in their text (a link around a code span): the index of
+    each one's opening child -> that of its closing one."""
+    out: dict[int, int] = {}
+    stack: list[tuple[int, bool]] = []  # open containers: index, whether a word was seen in it
+    for k, (child, _) in enumerate(spans):
+        if child.type in _CONTAINERS:
+            stack.append((k, False))
+        elif child.type in _CONTAINERS.values() and stack:
+            opened, word = stack.pop()
+            if not word:  # it holds the wordless containers closed so far inside it: they go
+                out = {start: end for start, end in out.items() if not opened < start < k}
+                out[opened] = k
+            if word and stack:
+                stack[-1] = (stack[-1][0], True)
+        elif child.type in ("text", "text_special") and any(c.isalnum() for c in child.content) and stack:
+            stack[-1] = (stack[-1][0], True)
+    return out
 
 
 def _locate(children: list[Token], content: str) -> list[tuple[Token, int]] | None:

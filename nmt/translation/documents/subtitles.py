@@ -10,6 +10,8 @@ paragraph): each cue stays on screen with its own timing, so a sentence running 
 parts, and overlapping cues are simply two cues. A translated cue is wrapped again into as many lines as it had.
 Tags (<i>, <b>, <u>, <font ...>, VTT's <c.x>, <v Name>, <lang x>) are inline containers placed on the aligned
 words (nmt.translation.documents.html_inline); an unclosed tag (<v Name>) and VTT timestamps (<00:01.000>) are atoms.
+Files in UTF-16 or Windows-1252, as subtitle editors save them, are read and written back in their encoding
+(nmt.translation.documents.txt.read_text's legacy rule).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ _DIALOGUE = re.compile(r"-[ \t]*(?=\S)")
 
 
 def translate(src: Path, dst: Path, translate_paragraphs: TranslateParagraphs) -> int:
-    text, style = read_text(src)
+    text, style = read_text(src, legacy=True)  # UTF-16 and Windows-1252 too: subtitle editors write them
     vtt = src.suffix.lower() == ".vtt" or text.startswith("WEBVTT")
     if vtt and not re.match(r"WEBVTT(?:[ \t\r\n]|$)", text):
         raise NmtError(f"{src}: not a WebVTT file (it must start with WEBVTT)")

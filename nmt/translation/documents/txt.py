@@ -7,6 +7,12 @@ one line), continuation lines indented as its second line was. Blank lines, inde
 
 Files are UTF-8: a BOM is kept, undecodable bytes are refused (one line naming the offset; nothing is guessed), and
 line endings come back as the file had them (CRLF when most of its lines end so: a mixed file comes back uniform).
+Subtitles (`legacy=True`) are also read as subtitle editors write them (Subtitle Edit, Aegisub, Windows Notepad):
+a BOM names the encoding (UTF-8, UTF-16 LE/BE, UTF-32 LE/BE); without one, UTF-16 when NUL bytes fill every other
+byte (the ASCII of numbers and timings; other NULs: a binary file, refused), else UTF-8 if the bytes decode as UTF-8
+(a legacy file with accents almost never does), else Windows-1252 (what "ANSI" is on Western Windows, and a superset
+of Latin-1's printable characters). They are written back in the encoding they came in, BOM kept; a translated
+character that encoding cannot hold is refused in one line (no "?" written into a subtitle).
 """
 
 from __future__ import annotations
@@ -24,38 +30,70 @@ from nmt.translation.documents.inline import Paragraph, Piece, Run
 
 TranslateParagraphs = Callable[[list[Paragraph]], list[list[Piece]]]
 BOM = "\ufeff"
+# Longest first: UTF-32 LE's BOM starts with UTF-16 LE's.
+_BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xef\xbb\xbf", "utf-8"),
+         (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+LEGACY = "cp1252"
 _MARKER = re.compile(r"[ \t]*(?:[-*+•–]|\d{1,3}[.)])[ \t]+(?=\S)")
 _INDENT = re.compile(r"[ \t]*")
 
 
 @dataclass(frozen=True)
 class TextStyle:
-    """How a text file was written: a UTF-8 BOM, and the line ending its text was normalized from."""
+    """How a text file was written: a BOM, the line ending its text was normalized from, its encoding."""
 
     bom: bool = False
     newline: str = "\n"
+    encoding: str = "utf-8"
 
 
-def read_text(src: Path, normalize: bool = True) -> tuple[str, TextStyle]:
-    """The file's text (BOM removed; with `normalize`, line endings as "\\n") and how to write it back."""
+def read_text(src: Path, normalize: bool = True, legacy: bool = False) -> tuple[str, TextStyle]:
+    """The file's text (BOM removed; with `normalize`, line endings as "\\n") and how to write it back. UTF-8, or
+    with `legacy` the encodings of the module docstring's rule."""
     data = src.read_bytes()
+    encoding = detect_encoding(src, data) if legacy else "utf-8"
     try:
-        text = data.decode("utf-8")
+        text = data.decode(encoding)
     except UnicodeDecodeError as e:
-        raise NmtError(f"{src}: not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start}); save it as UTF-8 "
+        what = "UTF-8" if encoding == "utf-8" and not legacy else encoding.upper()
+        raise NmtError(f"{src}: not {what} text (byte {data[e.start]:#04x} at offset {e.start}); save it as UTF-8 "
                        "first") from None
     bom = text.startswith(BOM)
     text = text.removeprefix(BOM)
     crlf = normalize and text.count("\r\n") * 2 > text.count("\n")
     if normalize:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return text, TextStyle(bom, "\r\n" if crlf else "\n")
+    return text, TextStyle(bom, "\r\n" if crlf else "\n", encoding)
+
+
+def detect_encoding(src: Path, data: bytes) -> str:
+    """The encoding of a legacy text file (the rule of the module docstring); binary data is refused."""
+    for mark, encoding in _BOMS:
+        if data.startswith(mark):
+            return encoding
+    if 0 in data:  # NULs (valid UTF-8, but in no text file): UTF-16's high bytes, or a binary file
+        even, odd = data[0::2].count(0), data[1::2].count(0)
+        if len(data) % 2 == 0 and min(even, odd) == 0 and max(even, odd) * 3 >= len(data) // 2:
+            return "utf-16-le" if odd else "utf-16-be"  # ASCII's zero byte after (LE) or before (BE) each one
+        raise NmtError(f"{src}: not UTF-8, UTF-16 or Windows-1252 text (byte 0x00 at offset {data.index(0)}); "
+                       "save it as UTF-8 first")
+    try:
+        data.decode("utf-8")
+        return "utf-8"
+    except UnicodeDecodeError:
+        return LEGACY
 
 
 def write_text(dst: Path, text: str, style: TextStyle) -> None:
-    """`text` written as `style` says (atomically)."""
+    """`text` written as `style` says (atomically); a character its encoding cannot hold is refused."""
     text = (BOM if style.bom else "") + (text.replace("\n", style.newline) if style.newline != "\n" else text)
-    atomic_write(dst, lambda f: f.write(text.encode("utf-8")))
+    try:
+        data = text.encode(style.encoding)
+    except UnicodeEncodeError as e:
+        c = text[e.start]
+        raise NmtError(f"{dst}: the translation has {c!r} (U+{ord(c):04X}), which {style.encoding} cannot hold, the "
+                       "encoding of the source file; save the source as UTF-8 to translate it") from None
+    atomic_write(dst, lambda f: f.write(data))
 
 
 def has_letter(sentence: str) -> bool:

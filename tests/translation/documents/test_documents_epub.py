@@ -188,9 +188,10 @@ def hand_epub(path: Path, extra: dict[str, bytes] | None = None, drop: str = "",
 
 def test_epub2_ncx_labels_and_xhtml_specifics(tmp_path: Path) -> None:
     src, out = hand_epub(tmp_path / "two.epub"), tmp_path / "out.epub"
-    # chapter: title, h1, the first <p> in two (<br/> ends a paragraph), the second, the svg text; ncx: docTitle and
-    # two navLabels (not docAuthor, nor the page list); opf: dc:title (the description holds escaped HTML)
-    assert epub_format.translate(src, out, reverse_upper) == 10
+    # chapter: title, h1, the first <p> in two (<br/> ends a paragraph), the second (the svg text is kept: a drawing's
+    # labels are placed at coordinates); ncx: docTitle and two navLabels (not docAuthor, nor the page list); opf:
+    # dc:title (the description holds escaped HTML)
+    assert epub_format.translate(src, out, reverse_upper) == 9
     before, after = members(src), members(out)
     ncx = etree.fromstring(after["OEBPS/toc.ncx"])
     assert [t.text for t in ncx.iter(f"{NCX}text")] == ["BOOK SMALL A", "John Smith", "CHAPTER FIRST THE",
@@ -209,6 +210,7 @@ def test_epub2_ncx_labels_and_xhtml_specifics(tmp_path: Path) -> None:
     assert em.find(f"{XHTML}span").get("id") == "p5" and "".join(em.itertext()).split() == ["WORDS", "OLD", "SOME"]
     assert "FOLLOWS" in "".join(p.itertext()) and "ONE. THIS" in "".join(p.itertext())  # after <code/>, translated
     assert b'<span class="notranslate">keep me</span> ME. TRANSLATE BUT' in chapter
+    assert b"<text>an image text</text>" in chapter
     assert sorted(TAG.findall(chapter.decode())) == sorted(TAG.findall(CHAPTER.decode()))
     changed = [name for name in before if before[name] != after[name]]
     assert changed == ["OEBPS/content.opf", "OEBPS/toc.ncx", "OEBPS/Text/chapter 1.xhtml"]  # not mimetype, css...
@@ -225,7 +227,7 @@ def test_font_obfuscation_is_not_drm(tmp_path: Path) -> None:
     encryption = FONT_ENCRYPTION % (b"http://www.idpf.org/2008/embedding", b"OEBPS/font.otf")
     src = hand_epub(tmp_path / "fonts.epub", {"META-INF/encryption.xml": encryption, "OEBPS/font.otf": b"\x01\x02"})
     out = tmp_path / "out.epub"
-    assert epub_format.translate(src, out, reverse_upper) == 10
+    assert epub_format.translate(src, out, reverse_upper) == 9
     assert members(out)["OEBPS/font.otf"] == b"\x01\x02"
     assert members(out)["META-INF/encryption.xml"] == encryption
 

@@ -68,9 +68,9 @@ def test_identity_render_is_byte_exact_on_random_broken_html() -> None:
 
 def test_mastodon_post() -> None:
     doc = parse_html(MASTODON)
-    # One sentence across the mention and the code (neither is sent: they stay in place among the words); <br> ends
-    # the paragraph.
-    assert doc.texts == ["Hello , look at !", "Second line & more.", "Another paragraph.", "With two sentences."]
+    # One sentence across the mention and the code (neither is sent: they stay in place among the words, the comma
+    # written against the mention with it); <br> ends the paragraph.
+    assert doc.texts == ["Hello look at !", "Second line & more.", "Another paragraph.", "With two sentences."]
     assert translated(MASTODON) == (
         '<p>&lt;&lt;HELLO <a href="https://x.example/@bob" class="u-url mention">@<span>bob</span></a>, LOOK AT '
         "<code>ls -la</code>!&gt;&gt;<br>&lt;&lt;SECOND LINE &amp; MORE.&gt;&gt;</p>"

@@ -1,0 +1,73 @@
+"""The separators of atoms (issue 46): what a paragraph keeps as written (code, a formula, a mention, an image) takes
+with it the punctuation written against it, and atoms with only spaces and punctuation between them become one
+atom. The model never sees them, so nothing it does can glue "<code>a</code>, <code>b</code>" into "ab" or move the
+comma of "`Applications`, then" away from its code span: those bytes are layout, written back as they were.
+
+Shared by the HTML path (nmt.translation.documents.html_inline: tokens) and Markdown (nmt.translation.documents.md:
+runs), each giving its pieces as `Bit`s: only a "text" bit next to an "atom" bit of the same `group` (an HTML
+paragraph's tags are bits of their own kind; a Markdown run's group is its formatting path) is glued. A sentence end
+(".", "!", "?"... then a space) is never taken: it still cuts the sentences, and the model still sees it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+# An opening bracket or quote written against the atom's start (after a space or at the text's start); a closing
+# one, a comma, colon or semicolon against its end (up to a space, a sentence end or the text's end).
+_OPENING = re.compile(r"(?:^|(?<=\s))[(\[{«“‘„'\"]+$")
+_CLOSING = re.compile(r"^[)\]}»”’'\",;:]+(?=\s|$|[.!?…])")
+_ENDS = re.compile(r"[.!?…؟।][\"'”’»)\]]*\s|[。！？]")  # a sentence end, as nmt.translation.documents.sentences has it
+
+
+@dataclass(frozen=True)
+class Bit:
+    """A piece of a paragraph's source: `kind` "atom", "text" or another (a tag: never glued across); `raw` its
+    source bytes, `text` what they read as (entities decoded, escapes removed)."""
+
+    kind: str
+    raw: str
+    text: str
+    group: Hashable = None
+
+
+def glue_separators(bits: list[Bit]) -> list[Bit]:
+    """`bits` with each atom's separators made part of it (see the module docstring); the raw text is unchanged
+    when joined."""
+    out: list[Bit] = []
+    for k, bit in enumerate(bits):
+        previous = out[-1] if out and out[-1].group == bit.group else None
+        after_atom = previous is not None and previous.kind == "atom"
+        following = bits[k + 1] if k + 1 < len(bits) and bits[k + 1].group == bit.group else None
+        if after_atom and (bit.kind == "atom" or bit.kind == "text" and following is not None
+                           and following.kind == "atom" and _separator(bit.text)):
+            out[-1] = _joined(previous, bit)  # type: ignore[arg-type]
+            continue
+        if bit.kind == "atom" and previous is not None and previous.kind == "text":
+            lead = _OPENING.search(previous.text)
+            if lead and previous.raw.endswith(lead.group()):
+                n = len(lead.group())
+                out[-1:] = [Bit("text", previous.raw[:-n], previous.text[:-n], bit.group)] if n < len(
+                    previous.text) else []
+                bit = Bit("atom", lead.group() + bit.raw, lead.group() + bit.text, bit.group)
+        elif bit.kind == "text" and after_atom:
+            tail = _CLOSING.match(bit.text)
+            if tail and bit.raw.startswith(tail.group()):
+                n = len(tail.group())
+                out[-1] = _joined(previous, Bit("text", bit.raw[:n], bit.text[:n], bit.group))  # type: ignore[arg-type]
+                if n == len(bit.text):
+                    continue
+                bit = Bit("text", bit.raw[n:], bit.text[n:], bit.group)
+        out.append(bit)
+    return out
+
+
+def _joined(atom: Bit, bit: Bit) -> Bit:
+    return Bit("atom", atom.raw + bit.raw, atom.text + bit.text, atom.group)
+
+
+def _separator(text: str) -> bool:
+    """Whether text between two atoms is only spaces and punctuation that ends no sentence (a sentence ends with
+    its punctuation then a space, as nmt.translation.documents.sentences splits: "`$`...`$`" is one atom)."""
+    return not any(c.isalnum() for c in text) and not _ENDS.search(text)
