@@ -11,8 +11,9 @@ Subtitles (`legacy=True`) are also read as subtitle editors write them (Subtitle
 a BOM names the encoding (UTF-8, UTF-16 LE/BE, UTF-32 LE/BE); without one, UTF-16 when NUL bytes fill every other
 byte (the ASCII of numbers and timings; other NULs: a binary file, refused), else UTF-8 if the bytes decode as UTF-8
 (a legacy file with accents almost never does), else Windows-1252 (what "ANSI" is on Western Windows, and a superset
-of Latin-1's printable characters). They are written back in the encoding they came in, BOM kept; a translated
-character that encoding cannot hold is refused in one line (no "?" written into a subtitle).
+of Latin-1's printable characters). They are written back in the encoding they came in, BOM kept; a translation
+that encoding cannot hold (Czech or Hungarian from a Windows-1252 file) is written as UTF-8 with a BOM instead, which
+players and editors recognise, with a warning (no "?" written into a subtitle, and no translation lost).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from nmt import workbudget
 from nmt.errors import NmtError
 from nmt.io import atomic_write
+from nmt.log import console
 from nmt.translation.documents.inline import Paragraph, Piece, Run
 
 TranslateParagraphs = Callable[[list[Paragraph]], list[list[Piece]]]
@@ -85,14 +87,15 @@ def detect_encoding(src: Path, data: bytes) -> str:
 
 
 def write_text(dst: Path, text: str, style: TextStyle) -> None:
-    """`text` written as `style` says (atomically); a character its encoding cannot hold is refused."""
-    text = (BOM if style.bom else "") + (text.replace("\n", style.newline) if style.newline != "\n" else text)
+    """`text` written as `style` says (atomically); where its encoding cannot hold the text, as UTF-8 with a BOM."""
+    text = text.replace("\n", style.newline) if style.newline != "\n" else text
     try:
-        data = text.encode(style.encoding)
+        data = ((BOM if style.bom else "") + text).encode(style.encoding)
     except UnicodeEncodeError as e:
-        c = text[e.start]
-        raise NmtError(f"{dst}: the translation has {c!r} (U+{ord(c):04X}), which {style.encoding} cannot hold, the "
-                       "encoding of the source file; save the source as UTF-8 to translate it") from None
+        c = text[e.start - (1 if style.bom else 0)]
+        console.print(f"[yellow]warning:[/yellow] {dst}: written as UTF-8 with a BOM, not {style.encoding} as its "
+                      f"source: the translation has {c!r} (U+{ord(c):04X}), which {style.encoding} cannot hold")
+        data = (BOM + text).encode("utf-8")
     atomic_write(dst, lambda f: f.write(data))
 
 

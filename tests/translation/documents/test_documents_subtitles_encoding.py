@@ -62,12 +62,13 @@ def test_the_detection_rule(tmp_path: Path) -> None:
         detect_encoding(path, b"PK\x03\x04\x14\x00\x00\x00\x08\x00\x9c\x8a")
 
 
-def test_a_translation_the_encoding_cannot_hold_is_refused(tmp_path: Path) -> None:
+def test_a_translation_the_encoding_cannot_hold_is_written_as_utf8_with_a_bom(tmp_path: Path, capsys) -> None:
     def hungarian(paragraphs: list[Paragraph]) -> list[list[Piece]]:
         return [p.render(["gyönyörű kő" for _ in p.texts]) for p in paragraphs]
 
     src = tmp_path / "in.srt"
     src.write_bytes(SRT.encode("cp1252"))
-    with pytest.raises(NmtError, match=r"'ű' \(U\+0171\), which cp1252 cannot hold"):
-        subtitles.translate(src, tmp_path / "out.srt", hungarian)
-    assert not (tmp_path / "out.srt").exists()
+    subtitles.translate(src, tmp_path / "out.srt", hungarian)
+    data = (tmp_path / "out.srt").read_bytes()
+    assert data.startswith(b"\xef\xbb\xbf") and "gyönyörű kő" in data.decode("utf-8")
+    assert "written as UTF-8 with a BOM" in capsys.readouterr().err.replace("\n", " ")
