@@ -101,26 +101,37 @@ class DecoderCache:
         k_all, v_all = kv[:, :, :, : step + 1].flatten(3, 4)
         return k_all, v_all
 
-    def reorder(self, keep: Tensor, parents: Tensor) -> None:
+    def reorder(self, keep: Tensor | None, parents: Tensor) -> None:
         """The search's decision, stated explicitly: the groups (sentences) `keep` [G'] stay, in that order
-        (a repeat copies a group), and row q of new group g continues the history of row parents[g, q]
-        of old group keep[g] (parents [G', Q'], Q' the new group size: beam search's first step widens
-        1 -> beam). Within groups only `slots` is gathered; the keys/values are copied only when groups
-        are dropped, repeated or reordered, or widen."""
-        keep = keep.to(self.slots.device)
+        (a repeat copies a group; None: every group stays, in order), and row q of new group g continues the
+        history of row parents[g, q] of old group keep[g] (parents [G', Q'], Q' the new group size: beam
+        search's first step widens 1 -> beam). Within groups only `slots` is gathered; the keys/values are
+        copied only when groups are dropped, repeated or reordered, or widen."""
         parents = parents.to(self.slots.device)
-        self.slots = self.slots[keep[:, None], parents]
         W, group = self.self_kv.size(5), parents.size(1)
-        if not _is_identity(keep, self.cross_kv.size(2)) or group > W:
-            L, _, _, H, capacity, _, Dh = self.self_kv.shape
-            kv = self.self_kv.new_empty(L, 2, keep.numel(), H, capacity, max(W, group), Dh)
-            if self.step:
-                kv[:, :, :, :, : self.step, :W] = self.self_kv[:, :, :, :, : self.step].index_select(2, keep)
-                kv[:, :, :, :, : self.step, W:] = 0  # new slots: masked, and must not hold NaN garbage
-            self.self_kv = kv
+        if keep is None:  # no index to check, and no wait for the device
+            self.slots = self.slots.gather(1, parents[:, :, None].expand(-1, -1, self.slots.size(2)))
+            if group > W:
+                self._move_groups(None, group)
+        else:
+            keep = keep.to(self.slots.device)
+            self.slots = self.slots[keep[:, None], parents]
+            if not _is_identity(keep, self.cross_kv.size(2)) or group > W:
+                self._move_groups(keep, group)
+        self.group = group
+
+    def _move_groups(self, keep: Tensor | None, group: int) -> None:
+        """Keys and values copied for the groups `keep` (None: all), with room for `group` slots."""
+        L, _, G, H, capacity, W, Dh = self.self_kv.shape
+        kv = self.self_kv.new_empty(L, 2, G if keep is None else keep.numel(), H, capacity, max(W, group), Dh)
+        if self.step:
+            old = self.self_kv[:, :, :, :, : self.step]
+            kv[:, :, :, :, : self.step, :W] = old if keep is None else old.index_select(2, keep)
+            kv[:, :, :, :, : self.step, W:] = 0  # new slots: masked, and must not hold NaN garbage
+        self.self_kv = kv
+        if keep is not None:
             self.cross_kv = self.cross_kv.index_select(2, keep)
             self.memory_mask = self.memory_mask.index_select(0, keep)
-        self.group = group
 
     def _capacity(self, positions: int) -> int:
         """Capacity for `positions`: the current one while it suffices, else doubled (up to max_len)."""

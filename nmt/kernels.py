@@ -199,6 +199,17 @@ def swap_dropout(model: nn.Module) -> nn.Module:
     return model
 
 
+def without_dropout(model: nn.Module) -> nn.Module:
+    """(inference) `model` with every dropout module replaced in place by nn.Identity: in eval mode dropout returns
+    its input, but still costs a dispatched operator per call, ~9 of a small decoder step's ~230."""
+    for name, child in model.named_children():
+        if isinstance(child, (nn.Dropout, FastDropout)):
+            setattr(model, name, nn.Identity())
+        else:
+            without_dropout(child)
+    return model
+
+
 # ---- int8 ------------------------------------------------------------------------------------------
 
 

@@ -127,7 +127,7 @@ def prepare(model: nn.Module, device: torch.device, precision: Precision, traini
     returned module). Training: fp32 weights (bf16/fp16 come from `autocast`); on CPU, Linear layers
     through oneDNN where faster and cheaper dropout masks (nmt.kernels). Inference: eval mode, weights
     in the precision's dtype; on CPU, Linear layers (the output projection too) through oneDNN with
-    prepacked weights, or, for int8, dynamically quantized ones."""
+    prepacked weights, or, for int8, dynamically quantized ones; no dropout modules."""
     if device.type == "cuda":
         use_tf32(training)
     if training:
@@ -135,7 +135,7 @@ def prepare(model: nn.Module, device: torch.device, precision: Precision, traini
         if device.type == "cpu":
             kernels.swap_dropout(kernels.swap_linears(model))
         return model
-    model.to(device=device, dtype=precision.dtype).eval()
+    kernels.without_dropout(model.to(device=device, dtype=precision.dtype).eval())
     if precision.name == "int8":
         try:
             return kernels.to_int8(model)

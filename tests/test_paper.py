@@ -330,7 +330,7 @@ class NeverEnds:
     def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int) -> NeverEnds:
         return self
 
-    def reorder(self, keep: Tensor, parents: Tensor) -> None:
+    def reorder(self, keep: Tensor | None, parents: Tensor) -> None:
         pass
 
     def decode_step(self, tokens: Tensor, cache: NeverEnds, need_attention: bool = False) -> tuple[Tensor, None]:

@@ -32,6 +32,10 @@ class Candidates:
     parents: Tensor  # [N, 2K] the beam (row of the sentence's group) each one continues
     tokens: Tensor  # [N, 2K] the token it appends
 
+    def select(self, sentences: Tensor) -> Candidates:
+        """The candidates of these sentences (rows) only."""
+        return Candidates(self.scores[sentences], self.parents[sentences], self.tokens[sentences])
+
 
 def best_continuations(logprobs: Tensor, scores: Tensor, beams: int, k: int) -> Candidates:
     """The beam rule (fairseq's BeamSearch.step): logprobs [N * beams, V] of each row's next token and
@@ -142,14 +146,15 @@ class Beam:
             self.trace(_beam_step(t, sentence, top, ending, continuing, done))
         if bool(done.all()):
             return None
-        keep = (~done).nonzero().squeeze(1)
-        continuing = continuing[keep]
-        rows = top_rows[keep].gather(1, continuing).flatten()
-        tokens = top.tokens[keep].gather(1, continuing).flatten()
-        self.scores = top.scores[keep].gather(1, continuing).flatten()
+        keep = (~done).nonzero().squeeze(1) if bool(done.any()) else None  # None: every sentence goes on
+        if keep is not None:
+            top, top_rows, continuing = top.select(keep), top_rows[keep], continuing[keep]
+            self.sentence = sentence[keep]
+        rows = top_rows.gather(1, continuing).flatten()
+        tokens = top.tokens.gather(1, continuing).flatten()
+        self.scores = top.scores.gather(1, continuing).flatten()
         self._extend(rows, t, tokens, step_attn)
-        self.sentence = sentence[keep]
-        return Move(tokens, keep, top.parents[keep].gather(1, continuing))
+        return Move(tokens, keep, top.parents.gather(1, continuing))
 
     def _finish(self, t: int, ending: Tensor, top: Candidates, top_rows: Tensor, step_attn: Tensor | None) -> None:
         """The candidates `ending` [N, K] (EOS among each sentence's best K) become finished hypotheses."""

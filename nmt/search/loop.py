@@ -48,7 +48,7 @@ def run(model, src: Tensor, settings: SearchSettings, special: Any, *, constrain
         move = strategy.step(t, logprobs, step_attention(attention, settings.attention_layer))
         if move is None:
             break
-        if move.keep is not None:
+        if move.keep is not None or move.parents is not None:
             cache.reorder(move.keep, parents=move.parents)
         tokens = move.tokens
     return strategy.results()

@@ -28,8 +28,8 @@ class Hypothesis:
 
 class Move(NamedTuple):
     """What a strategy's step decided: the next input token of each row, and how the cache follows (`keep`: the
-    sentences still searching, `parents` [kept, rows per sentence]: the row of that sentence each new row continues;
-    `keep` None: every row goes on as it is)."""
+    sentences still searching, None: all of them; `parents` [kept, rows per sentence]: the row of that sentence each
+    new row continues, None: each row continues itself)."""
 
     tokens: Tensor
     keep: Tensor | None = None

@@ -255,7 +255,8 @@ def test_beam_style_reorders_match_teacher_forcing(monkeypatch, capacity_hint):
             keep = list(range(len(groups))) if step != 3 else list(range(len(groups)))[::2]  # step 3: drop one
             # K new rows per kept group, each continuing a random row (parent) of that group
             parents = torch.randint(width, (len(keep), K), generator=g)
-            cache.reorder(torch.tensor(keep), parents)
+            # every group kept is also said as None (step 0's widening included): the same reorder, unchecked
+            cache.reorder(None if step in (0, 2, 4) else torch.tensor(keep), parents)
             index = [k * width + int(q) for k, row in zip(keep, parents, strict=True) for q in row]
             groups, width = [groups[k] for k in keep], K
             assert cache.group == K and cache.batch_size == len(index)

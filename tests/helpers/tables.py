@@ -54,8 +54,9 @@ class TableCache:
         self.prefix, self.src_real = prefix, src_real
         self.group = 1  # rows per group
 
-    def reorder(self, keep: torch.Tensor, parents: torch.Tensor) -> None:
-        """DecoderCache's contract: groups `keep` stay; row q of new group g continues row parents[g, q]."""
+    def reorder(self, keep: torch.Tensor | None, parents: torch.Tensor) -> None:
+        """DecoderCache's contract: groups `keep` stay (None: all); row q of new group g continues row parents[g, q]."""
+        keep = torch.arange(self.prefix.size(0) // self.group) if keep is None else keep
         index = (keep[:, None] * self.group + parents).flatten()
         self.prefix, self.src_real, self.group = self.prefix[index], self.src_real[index], parents.size(1)
 
