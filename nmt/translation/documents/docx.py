@@ -8,7 +8,9 @@ byte of a text part outside the rebuilt paragraphs, is kept. Tracked changes: th
 the changes accepted, an insertion or a move (w:ins, w:moveTo) around the target words aligned to it, a deletion
 (w:del, w:moveFrom) kept as it was. Smart tags, custom XML, content controls (w:sdt) and fields' displayed results
 (w:fldSimple; a complex field's runs between separate and end) are text inside their container; a field's instruction
-is kept. Math (m:oMath) is an atom. Charts, SmartArt (word/charts/, word/diagrams/) are kept as they are."""
+is kept. Math (m:oMath) is an atom. SmartArt text (word/diagrams/: its data and the drawing Word shows) and chart
+titles (word/charts/: c:rich) are translated; a chart's category and series names are its embedded workbook's cached
+cells (c:strCache), kept: Word would write the workbook's values back over them."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nmt.translation.documents.inline import Paragraph, Piece
-from nmt.translation.documents.office_ooxml import Dialect, translate_package
+from nmt.translation.documents.office_ooxml import Dialect, Parts, translate_package
+from nmt.translation.documents.pptx import A
 
 W = Dialect("http://schemas.openxmlformats.org/wordprocessingml/2006/main",
             wrappers=frozenset({"hyperlink", "ins", "moveTo", "smartTag", "customXml", "sdt", "fldSimple"}),
@@ -25,8 +28,11 @@ W = Dialect("http://schemas.openxmlformats.org/wordprocessingml/2006/main",
             preserve_space=True, dropped=frozenset({"proofErr"}),
             not_formatting=frozenset({"lang", "noProof"}))  # and every w:rsid* attribute
 PARTS = re.compile(r"word/(document|header\d*|footer\d*|footnotes|endnotes|comments)\.xml")
+# SmartArt (its data and the drawing Word shows) and chart titles hold DrawingML paragraphs (a:p)
+DRAWINGML = re.compile(r"word/(diagrams/(data|drawing)\d+|charts/chart\d+)\.xml")
 
 
 def translate(src: Path, dst: Path, translate_paragraphs: Callable[[list[Paragraph]], list[list[Piece]]]) -> int:
     """`src` translated into `dst`; the number of paragraphs translated."""
-    return translate_package(src, dst, "docx", "word/document.xml", PARTS, W, translate_paragraphs)
+    rules = [Parts(PARTS, W), Parts(DRAWINGML, A)]
+    return translate_package(src, dst, "docx", "word/document.xml", rules, translate_paragraphs)

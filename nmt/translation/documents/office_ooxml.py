@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from lxml import etree
 
 from nmt import workbudget
-from nmt.translation.documents.inline import Paragraph, Piece
+from nmt.translation.documents.inline import Paragraph, Piece, Run
 from nmt.translation.documents.ooxml_paragraph import ATOM_TEXT, Dialect, OoxmlParagraph, local
 from nmt.translation.documents.safezip import open_zip, removed_on_error
 
-__all__ = ["ATOM_TEXT", "CHUNK", "Dialect", "OoxmlParagraph", "TranslateParagraphs", "local", "translatable",
-           "translate_elements", "translate_package"]
+__all__ = ["ATOM_TEXT", "CHUNK", "Dialect", "OoxmlParagraph", "Parts", "TranslateParagraphs", "local",
+           "translatable", "translate_elements", "translate_package"]
 
 TranslateParagraphs = Callable[[list[Paragraph]], list[list[Piece]]]
 MC = "http://schemas.openxmlformats.org/markup-compatibility/2006"
@@ -63,24 +64,49 @@ def translate_elements(elements: list[etree._Element], make: Callable[[etree._El
     return count
 
 
-def translate_package(src: Path, dst: Path, kind: str, required: str, parts: re.Pattern, d: Dialect,
+@dataclass(frozen=True)
+class Parts:
+    """Which parts of a package are translated, and how: `names` in vocabulary `dialect` (their a:p / w:p), or, with
+    `plain`, that element's whole text (a legacy pptx comment's p:text, which holds no runs)."""
+
+    names: re.Pattern[str]
+    dialect: Dialect
+    plain: str | None = None
+
+
+class PlainText:
+    """An element whose text is one run, no formatting: `paragraph` to translate; `write(pieces)`."""
+
+    def __init__(self, el: etree._Element):
+        self.el = el
+        self.paragraph = Paragraph([Run(el.text or "")], translatable)
+
+    def write(self, pieces: list[Piece]) -> None:
+        self.el.text = "".join(p.text for p in pieces)
+
+
+def translate_package(src: Path, dst: Path, kind: str, required: str, rules: Sequence[Parts],
                       translate_paragraphs: TranslateParagraphs) -> int:
     """A docx or pptx `src` (`kind`, its main part `required`) translated into `dst`: the paragraphs of every part
-    whose name matches `parts`, one part at a time as the output is written; the number of paragraphs translated."""
+    a rule names, one part at a time as the output is written; the number of paragraphs translated."""
     count = 0
 
     def translated(name: str) -> bytes | None:
         nonlocal count
-        if not parts.fullmatch(name):
+        rule = next((r for r in rules if r.names.fullmatch(name)), None)
+        if rule is None:
             return None
         part = box.part(name)
-        root = part.tree.getroot()
+        root, d = part.tree.getroot(), rule.dialect
+        if rule.plain is not None:
+            count += translate_elements(list(root.iter(rule.plain)), PlainText, translate_paragraphs)
+            return part.serialize()
         twins = alternate_twins(root, d)
         count += translate_elements([p for p in root.iter(d.tag("p")) if p not in twins],
                                     lambda p: OoxmlParagraph(p, d, translatable), translate_paragraphs)
         for fallback, choice in twins.items():
             if _text(choice, d) != _text(fallback, d):  # the choice was translated
-                    fallback[:] = [c for c in fallback if local(c) == "pPr"][:1] + [
+                fallback[:] = [c for c in fallback if local(c) == "pPr"][:1] + [
                     copy.deepcopy(c) for c in choice if local(c) != "pPr"]
         return part.serialize()
 

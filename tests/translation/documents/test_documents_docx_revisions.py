@@ -226,3 +226,44 @@ def test_a_field_spanning_paragraphs_keeps_its_instruction_and_translates_its_re
     one, two = translated(src)
     assert text(one) == "BOOK. FIRST THE" and text(one, "instrText") == " ADDIN ZOTERO_BIBL "
     assert text(two) == "BOOK. LAST THE" and len(list(two.iter(W + "fldChar"))) == 1
+
+
+def test_smartart_text_and_chart_titles_in_a_docx_are_translated(tmp_path: Path) -> None:
+    a = "http://schemas.openxmlformats.org/drawingml/2006/main"
+    c = "http://schemas.openxmlformats.org/drawingml/2006/chart"
+    rel = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+    parts = {  # name: (content type, relationship type, XML), as Word writes them
+        "word/diagrams/data1.xml": (
+            "application/vnd.openxmlformats-officedocument.drawingml.diagramData+xml", f"{rel}/diagramData",
+            f'<dgm:dataModel xmlns:dgm="http://schemas.openxmlformats.org/drawingml/2006/diagram" xmlns:a="{a}">'
+            '<dgm:ptLst><dgm:pt modelId="{1}"><dgm:prSet/><dgm:spPr/><dgm:t><a:bodyPr/><a:p><a:r><a:rPr lang="en-US"/>'
+            '<a:t>Plan the work</a:t></a:r></a:p></dgm:t></dgm:pt></dgm:ptLst><dgm:cxnLst/></dgm:dataModel>'),
+        "word/charts/chart1.xml": (
+            "application/vnd.openxmlformats-officedocument.drawingml.chart+xml", f"{rel}/chart",
+            f'<c:chartSpace xmlns:c="{c}" xmlns:a="{a}"><c:chart><c:title><c:tx><c:rich><a:bodyPr/><a:p><a:r>'
+            '<a:rPr lang="en-US"/><a:t>Yearly sales</a:t></a:r></a:p></c:rich></c:tx></c:title><c:plotArea><c:barChart>'
+            '<c:ser><c:cat><c:strRef><c:f>Sheet1!$A$2</c:f><c:strCache><c:ptCount val="1"/><c:pt idx="0"><c:v>first'
+            ' quarter</c:v></c:pt></c:strCache></c:strRef></c:cat></c:ser></c:barChart></c:plotArea></c:chart>'
+            '</c:chartSpace>'),
+    }
+    plain = build(tmp_path, r("A chart below."))
+    src = tmp_path / "parts.docx"
+    with zipfile.ZipFile(plain) as z, zipfile.ZipFile(src, "w", zipfile.ZIP_DEFLATED) as w:
+        for item in z.infolist():
+            data = z.read(item)
+            if item.filename == "[Content_Types].xml":
+                data = data.replace(b"</Types>", "".join(f'<Override PartName="/{n}" ContentType="{k}"/>'
+                                                         for n, (k, _, _) in parts.items()).encode() + b"</Types>")
+            elif item.filename == "word/_rels/document.xml.rels":
+                data = data.replace(b"</Relationships>", "".join(
+                    f'<Relationship Id="rIdX{i}" Type="{t}" Target="{n[5:]}"/>'
+                    for i, (n, (_, t, _)) in enumerate(parts.items())).encode() + b"</Relationships>")
+            w.writestr(item, data)
+        for name, (_, _, xml) in parts.items():
+            w.writestr(name, xml)
+    translated(src)
+    with zipfile.ZipFile(src.with_name("out.docx")) as z:
+        shown = {n: "".join(t.text for t in etree.fromstring(z.read(n)).iter(f"{{{a}}}t")) for n in parts}
+        cached = etree.fromstring(z.read("word/charts/chart1.xml")).findtext(f".//{{{c}}}v")
+    assert shown == {"word/diagrams/data1.xml": "WORK THE PLAN", "word/charts/chart1.xml": "SALES YEARLY"}
+    assert cached == "first quarter"  # the embedded workbook's cached cell: kept
