@@ -21,10 +21,14 @@ characters. Placement, top-down over the tree of containers of a sentence:
 - A container continued from (into) the neighbouring sentence reaches the start (end) of its sentence, so that
   it stays one element across the sentences.
 - A container with source words but no aligned target word left takes the free target word that attends most to
-  its words (the alignment's other direction): a link never vanishes. With no free word left (or none attending
-  to it at all) it is kept as written (source text), at its place.
+  its words (the alignment's other direction), or with no attention to them at all the free word aligned nearest to
+  them: a link never vanishes. With no free word left only its atoms are kept, at its place: never its source text.
+- A word split across containers ("U" of "Using" in a bookmark, <b>r</b>ed) is one word, owned by the innermost
+  container holding a letter of it within the one holding most of it; a container left with no word (a fragment,
+  a final "." in a run of its own) writes no text: its text is in the translation already.
 - Atoms and containers without words (whitespace, an image) are anchored after the target words of the unit
-  before them (or before those of the unit after them), with the whitespace they had around them.
+  before them (or before those of the unit after them), with the whitespace they had around them; units anchored
+  at one place that had text between them in the source are written apart, adjacent ones stay adjacent.
 - Punctuation glued to a word stays outside a container whose source text did not have it ("<b>seven</b>!").
 A sentence whose translation equals its text is written from its source, unchanged."""
 
