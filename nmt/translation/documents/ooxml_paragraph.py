@@ -120,7 +120,12 @@ class OoxmlParagraph:
                 last_start, end = found[k]
                 handle = ("c", len(self._marks))
                 self._marks[handle] = children[k:last_start + 1], [children[end]]
+                held = len(self._runs)
                 self._scan_list(children[last_start + 1:end], outer + (handle,))
+                if len(self._runs) == held:  # nothing left inside (proofing marks): the whole bracket is kept
+                    del self._marks[handle]
+                    for el in children[k:end + 1]:
+                        self._add(ATOM_TEXT, outer, None, _Source(atom=el, shows=visible(el, self.d)), atom=True)
                 k = end + 1
             else:
                 self._scan(children[k], outer)
@@ -134,8 +139,12 @@ class OoxmlParagraph:
             handle = ("w", len(self._wrappers))
             self._wrappers[handle] = el
             holder = el.find(self.d.tag(self.d.content))
+            held = len(self._runs)
             self._scan_list([c for c in (el if holder is None else holder) if local(c) not in self.d.props],
                             outer + (handle,))
+            if len(self._runs) == held:  # an empty field, smart tag or control: kept as it is
+                del self._wrappers[handle]
+                self._add(ATOM_TEXT, outer, None, _Source(atom=el, shows=visible(el, self.d)), atom=True)
         elif name in self.d.dropped:
             return
         elif name == "r" and not self._in_field(el):

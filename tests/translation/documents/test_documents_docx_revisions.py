@@ -267,3 +267,14 @@ def test_smartart_text_and_chart_titles_in_a_docx_are_translated(tmp_path: Path)
         cached = etree.fromstring(z.read("word/charts/chart1.xml")).findtext(f".//{{{c}}}v")
     assert shown == {"word/diagrams/data1.xml": "WORK THE PLAN", "word/charts/chart1.xml": "SALES YEARLY"}
     assert cached == "first quarter"  # the embedded workbook's cached cell: kept
+
+
+def test_an_empty_field_or_a_range_around_proofing_marks_only_is_kept(tmp_path: Path) -> None:
+    empty = '<w:fldSimple w:instr=" PAGE "/>'
+    marks = ('<w:bookmarkStart w:id="3" w:name="b"/><w:proofErr w:type="spellStart"/><w:proofErr w:type="spellEnd"/>'
+             '<w:bookmarkEnd w:id="3"/>')
+    src = build(tmp_path, r("Page ") + empty + r(" of the red car ") + marks + r("here."))
+    (p,) = translated(src)
+    assert [el.get(W + "instr") for el in p.iter(W + "fldSimple")] == [" PAGE "]
+    assert len(list(p.iter(W + "bookmarkStart"))) == 1 and len(list(p.iter(W + "bookmarkEnd"))) == 1
+    assert text(p).split() == "HERE. CAR RED THE OF PAGE".split()
