@@ -21,10 +21,14 @@ characters. Placement, top-down over the tree of containers of a sentence:
 - A container continued from (into) the neighbouring sentence reaches the start (end) of its sentence, so that
   it stays one element across the sentences.
 - A container with source words but no aligned target word left takes the free target word that attends most to
-  its words (the alignment's other direction): a link never vanishes. With no free word left (or none attending
-  to it at all) it is kept as written (source text), at its place.
+  its words (the alignment's other direction), or with no attention to them at all the free word aligned nearest to
+  them: a link never vanishes. With no free word left only its atoms are kept, at its place: never its source text.
+- A word split across containers ("U" of "Using" in a bookmark, <b>r</b>ed) is one word, owned by the innermost
+  container holding a letter of it within the one holding most of it; a container left with no word (a fragment,
+  a final "." in a run of its own) writes no text: its text is in the translation already.
 - Atoms and containers without words (whitespace, an image) are anchored after the target words of the unit
-  before them (or before those of the unit after them), with the whitespace they had around them.
+  before them (or before those of the unit after them), with the whitespace they had around them; units anchored
+  at one place that had text between them in the source are written apart, adjacent ones stay adjacent.
 - Punctuation glued to a word stays outside a container whose source text did not have it ("<b>seven</b>!").
 A sentence whose translation equals its text is written from its source, unchanged."""
 
@@ -132,21 +136,28 @@ def _items(runs: list[Run], starts: list[int], cuts: list[int]) -> list[Item]:
     return items
 
 
-def _owners(items: list[Item], words: list[tuple[int, int]]) -> list[int]:
-    """For each word, the item holding most of its characters (the first of equals): one pass over both, as the
-    items overlapping a word are consecutive and every word overlaps a text item."""
+def _owners(items: list[Item], words: list[tuple[int, int]], joined: str) -> list[int]:
+    """For each word, the item holding most of its characters (the first of equals), unless a letter of it is in a
+    container within that item's ("U" of "Using" in a bookmark, <b>r</b>ed): then the deepest such item, so that the
+    word is one word for translation and the inner container lands on its target word, never left as a fragment.
+    One pass over both, as the items overlapping a word are consecutive and every word overlaps a text item."""
     owners, k = [], 0
     for a, b in words:
         while k < len(items) and (items[k].atom or items[k].at + items[k].end - items[k].start <= a):
             k += 1
-        best, most, j = k, 0, k
+        best, most, j, overlapping = k, 0, k, []
         while j < len(items) and items[j].at < b:
             it = items[j]
-            overlap = 0 if it.atom else min(b, it.at + it.end - it.start) - max(a, it.at)
+            start, end = max(a, it.at), min(b, it.at + it.end - it.start)
+            overlap = 0 if it.atom else end - start
             if overlap > most:
                 best, most = j, overlap
+            if overlap > 0 and any(c.isalnum() for c in joined[start:end]):
+                overlapping.append(j)
             j += 1
-        owners.append(best)
+        outer = items[best].path
+        inner = [i for i in overlapping if len(items[i].path) > len(outer) and items[i].path[:len(outer)] == outer]
+        owners.append(max(inner, key=lambda i: len(items[i].path)) if inner else best)  # the first deepest
     return owners
 
 
@@ -154,7 +165,7 @@ def _sentence(source: _Source, joined: str, runs: list[Run]) -> Sentence:
     """A sentence's tree of containers, its words given to the items holding most of their characters."""
     items, (a, b) = source.items, source.span
     words = [(m.start(), m.end()) for m in WORD.finditer(joined, a, b)]
-    owners = _owners(items, words)
+    owners = _owners(items, words, joined)
     first_word = [0] * (len(items) + 1)  # the words of item k: first_word[k] up to first_word[k + 1]
     for owner in owners:
         first_word[owner + 1] += 1
@@ -210,3 +221,4 @@ def _edges(node: Node, items: list[Item], joined: str, before: Item | None, afte
     node.peel_start = head is not None and head.group().isalnum() and not node.open_start
     node.peel_end = head is not None and joined[tail].isalnum() and not node.open_end
     node.space_before, node.space_after = _spaced(joined, first.at, end)
+    node.fragment = not node.words and head is not None  # its text is part of a word another container holds

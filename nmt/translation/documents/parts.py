@@ -82,6 +82,7 @@ class Node:
     peel_end: bool = False
     space_before: bool = False
     space_after: bool = False
+    fragment: bool = False  # no word of its own but text: a piece of a word, or punctuation glued to one
 
 
 @dataclass

@@ -26,6 +26,7 @@ class Placement:
         links = t.links if t.links is not None and t.links.shape == (m, n) and t.scores is scores else None
         self.links = links if links is not None else np.eye(n, dtype=bool)[scores.argmax(axis=1)] if n else scores > 0
         self.span: dict[Node, tuple[int, int]] = {s.root: (0, m)}
+        self._source_place: np.ndarray | None = None
         self.anchors: dict[Node, dict[int, list[tuple[str, object]]]] = {}
         todo = [s.root]
         while todo:  # a container's children are placed within its block, then each child's, in any order
@@ -67,12 +68,31 @@ class Placement:
         return a, b
 
     def _nearest(self, node: Node, lo: int, hi: int, taken: np.ndarray) -> tuple[int, int] | None:
-        """The free target word that attends most to the node's source words (source -> target direction)."""
+        """The free target word that attends most to the node's source words (source -> target direction); with no
+        attention to them at all, the free word aligned nearest to them in the source. None: no free word."""
         if taken.all():
             return None
         sums = self.scores[lo:hi, node.words.start:node.words.stop].sum(axis=1)
         j = int(np.argmax(np.where(taken, -np.inf, sums)))  # the first of equals
-        return (j + lo, j + lo + 1) if sums[j] > 0 else None  # no evidence at all: keep it as written
+        if sums[j] > 0:
+            return j + lo, j + lo + 1
+        where = self._where()[lo:hi]
+        first, last = node.words.start, node.words.stop - 1
+        distance = np.maximum(np.maximum(first - where, where - last), 0)
+        j = int(np.argmin(np.where(taken, np.inf, distance)))
+        return j + lo, j + lo + 1
+
+    def _where(self) -> np.ndarray:
+        """Each target word's place in the source: its first linked source word, else its best-scoring one, else
+        its relative position (computed once per sentence)."""
+        if self._source_place is None:
+            links, scores = self.links, self.scores
+            m, n = len(self.words), self.s.words
+            fallback = (np.arange(m) + 0.5) * n / max(m, 1)
+            best = scores.argmax(axis=1) if n else np.zeros(m, dtype=int)
+            self._source_place = np.where(links.any(axis=1), links.argmax(axis=1) if n else 0,
+                                          np.where(scores.max(axis=1, initial=0) > 0, best, fallback))
+        return self._source_place
 
     def _anchor(self, node: Node) -> None:
         """Where each atom and unplaced container goes: after the unit before it, else before the next, in no child."""
@@ -131,8 +151,16 @@ class Placement:
             glued = lo < j < hi and units and not self._around(units[0])[0]  # "car¹ is": the mark before the space
             if lo < j < hi and not glued:
                 out.append(Piece(self.seps[j], node.path))
-            for unit in units:
-                out += self._kept(node, unit, after_word=glued or j == hi > lo, before_word=j < hi and not glued)
+            previous = None
+            for k, unit in enumerate(units):  # units adjacent in the source stay so; others stay apart
+                alone = (k == 0 or self._apart(units[k - 1], unit),
+                         k + 1 == len(units) or self._apart(unit, units[k + 1]))
+                kept = self._kept(node, unit, after_word=(glued or j == hi > lo) and alone[0],
+                                  before_word=j < hi and not glued and alone[1])
+                if kept and previous is not None and self._apart(previous, unit) and not out[-1].text[-1:].isspace():
+                    out.append(Piece(" ", node.path))
+                out += kept
+                previous = unit if kept else previous
             if glued:
                 out.append(Piece(self.seps[j], node.path))
             if j >= hi:
@@ -150,13 +178,25 @@ class Placement:
         return [node, lo, hi, {self.span[c][0]: c for c in node.children if c in self.span}, lo]
 
     def _kept(self, node: Node, unit: tuple[str, object], after_word: bool, before_word: bool) -> list[Piece]:
-        """An anchored atom or container, copied from the source, with the whitespace it had on the word's side."""
+        """An anchored atom or container, copied from the source, with the whitespace it had on the word's side. A
+        container's text is in the translation already (a fragment of a word another one holds) or has no target
+        word left for it (every one taken): only its atoms are copied, never its text in the source language."""
         space_before, space_after = self._around(unit)
         item_indices = [unit[1]] if unit[0] == "atom" else unit[1].items  # type: ignore[union-attr]
+        if unit[0] == "node" and (unit[1].words or unit[1].fragment):  # type: ignore[union-attr]
+            item_indices = [i for i in item_indices if self.s.items[i].atom]  # type: ignore[index]
+            if not item_indices:
+                return []
         body = [self.copy(self.s.items[i]) for i in item_indices]  # type: ignore[index]
         lead = [Piece(" ", node.path)] if after_word and space_before else []
         tail = [Piece(" ", node.path)] if before_word and space_after else []
         return lead + body + tail
+
+    def _apart(self, first: tuple[str, object], second: tuple[str, object]) -> bool:
+        """Whether two units anchored together had source text or whitespace between them (not adjacent)."""
+        end = first[1] + 1 if first[0] == "atom" else first[1].items.stop  # type: ignore[union-attr, operator]
+        start = second[1] if second[0] == "atom" else second[1].items.start  # type: ignore[union-attr]
+        return start != end  # a text item (words, whitespace) was between them
 
     def _around(self, unit: tuple[str, object]) -> tuple[bool, bool]:
         """Whether an anchored atom or container had whitespace before and after it in the source."""

@@ -52,8 +52,8 @@ def test_nested_spans_stay_nested_and_each_is_one_interval():
     runs = [Run("x ", ("b",)), Run("y", ("b", "i")), Run(" z")]
     assert render(runs, "Y X Z", [(1, 0), (0, 1), (2, 2)]) == "<b><i>Y</i> X</b> Z"
     # "Z" between the words of <b>: <b> keeps its first block, <i>'s word is outside it, and no word inside attends
-    # to "y": <i> is kept as written in its place (never opened twice, never dropped)
-    assert render(runs, "X Z Y", [(0, 0), (2, 1), (1, 2)]) == "<b>X <i>y</i></b> Z Y"
+    # to "y": <i> takes the free word of <b>'s block aligned nearest to "y" (never opened twice, never "y" again)
+    assert render(runs, "X Z Y", [(0, 0), (2, 1), (1, 2)]) == "<b><i>X</i></b> Z Y"
 
 
 def test_adjacent_spans_swap_places():
@@ -81,10 +81,57 @@ def test_a_span_without_aligned_words_takes_the_word_attending_most_to_it():
     assert out == "sieh den <a>Verweis</a>"
 
 
-def test_a_span_with_no_free_word_is_kept_as_written_never_dropped():
+def test_a_span_with_no_free_word_is_never_written_in_the_source_language():
     runs = [Run("click", ("a",)), Run(" "), Run("here", ("b",))]
     out = render(runs, "hier", [(1, 0)])
-    assert out.count("<a>click</a>") == 1 and "<b>hier</b>" in out
+    assert "click" not in out and out.strip() == "<b>hier</b>"
+    # an atom inside it is kept, only its text goes
+    runs = [Run("click", ("a",)), Run("[img]", ("a",), atom=True), Run(" "), Run("here", ("b",))]
+    out = render(runs, "hier", [(1, 0)])
+    assert "click" not in out and "<a>[img]</a>" in out and "<b>hier</b>" in out
+
+
+def test_a_span_without_attention_takes_the_free_word_aligned_nearest_to_it():
+    runs = [Run("one two "), Run("three", ("b",)), Run(" four five")]
+    p = Paragraph(runs)
+    # "three" has no link and no attention: the free word aligned nearest to it in the source is "VIER" (four)
+    scores = np.zeros((4, 5))
+    for j, i in [(0, 0), (1, 0), (2, 4), (3, 3)]:  # EINS, ZWEI: one; FÜNF: five; VIER: four
+        scores[j, i] = 1.0
+    out = tagged(p.render([Aligned("EINS ZWEI FÜNF VIER", scores, scores > 0)]))
+    assert out == "EINS ZWEI FÜNF <b>VIER</b>"
+
+
+def test_a_word_split_by_formatting_is_one_word_and_the_inner_span_lands_on_its_target_word():
+    runs = [Run("the "), Run("r", ("b",)), Run("ed car")]
+    p = Paragraph(runs)
+    assert p.texts == ["the red car"]
+    assert render(runs, "das rote Auto", [(0, 0), (1, 1), (2, 2)]) == "das <b>rote</b> Auto"
+    # a bookmark (a range) in "U|sing": the word is sent whole, the range wraps its target word, no fragment "U"
+    runs = [Run("U", ("mark",)), Run("sing it")]
+    assert Paragraph(runs).texts == ["Using it"]
+    assert render(runs, "es benutzen", [(0, 1), (1, 0)]) == "es <mark>benutzen</mark>"
+
+
+def test_punctuation_in_a_run_of_its_own_is_written_once():
+    # Word's final "." in a run of its own (another rPr): part of the word "emphasis.", never copied again
+    runs = [Run("Use "), Run("emphasis", ("i",)), Run(".", ("r",))]
+    assert render(runs, "Nutze Betonung.", [(0, 0), (1, 1)]) == "Nutze <i>Betonung</i>."
+
+
+def test_atoms_keep_their_separators_and_adjacent_atoms_stay_apart():
+    # two atoms with text between them anchored at one gap: a space between them, never "EgyptIsrael"
+    runs = [Run("of "), Run("Egypt", ("tag1",), atom=True), Run(" died and "), Run("Israel", ("tag2",), atom=True),
+            Run(" sighed")]
+    p = Paragraph(runs)
+    assert p.texts == ["of died and sighed"]
+    out = render(runs, "starb und seufzte", [(1, 0), (2, 1), (3, 2)])
+    assert out == "<tag1>Egypt</tag1> starb und <tag2>Israel</tag2> seufzte"
+    out = render(runs, "seufzte", [(3, 0)])  # both anchored at one gap, before "seufzte"
+    assert "Egypt</tag1> <tag2>Israel" in out
+    # atoms adjacent in the source stay adjacent
+    runs = [Run("see "), Run("A", ("c1",), atom=True), Run("B", ("c2",), atom=True), Run(" now")]
+    assert "<c1>A</c1><c2>B</c2>" in render(runs, "siehe jetzt", [(0, 0), (1, 1)])
 
 
 def test_atoms_are_never_sent_and_stay_among_their_words():
