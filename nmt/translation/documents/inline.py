@@ -197,7 +197,8 @@ def _sentence(source: _Source, joined: str, runs: list[Run]) -> Sentence:
     for node in nodes.values():
         _edges(node, items, joined, source.before, source.after)
     around = {i: _spaced(joined, it.at, it.at) for i, it in enumerate(items) if it.atom}
-    return Sentence(source.text, items, len(words), root, nodes, around)
+    glued_after = frozenset(i for i, it in enumerate(items) if it.atom and joined[it.at:it.at + 1].isalnum())
+    return Sentence(source.text, items, len(words), root, nodes, around, glued_after)
 
 
 def _spaced(joined: str, start: int, end: int) -> tuple[bool, bool]:

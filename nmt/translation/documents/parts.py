@@ -93,3 +93,5 @@ class Sentence:
     root: Node
     nodes: dict[Path, Node]
     around: dict[int, tuple[bool, bool]]  # atoms' items: whitespace before, after
+    # atoms' items: a letter or digit just after it in the source ("`div`s"): only then may a target word touch it
+    glued_after: frozenset[int] = frozenset()

@@ -156,7 +156,8 @@ class Placement:
                 alone = (k == 0 or self._apart(units[k - 1], unit),
                          k + 1 == len(units) or self._apart(unit, units[k + 1]))
                 kept = self._kept(node, unit, after_word=(glued or j == hi > lo) and alone[0],
-                                  before_word=j < hi and not glued and alone[1])
+                                  before_word=j < hi and not glued and alone[1],
+                                  word_after=j < hi and self.words[j][:1].isalnum())
                 if kept and previous is not None and self._apart(previous, unit) and not out[-1].text[-1:].isspace():
                     out.append(Piece(" ", node.path))
                 out += kept
@@ -177,7 +178,8 @@ class Placement:
         lo, hi = self.span[node]
         return [node, lo, hi, {self.span[c][0]: c for c in node.children if c in self.span}, lo]
 
-    def _kept(self, node: Node, unit: tuple[str, object], after_word: bool, before_word: bool) -> list[Piece]:
+    def _kept(self, node: Node, unit: tuple[str, object], after_word: bool, before_word: bool,
+              word_after: bool = False) -> list[Piece]:
         """An anchored atom or container, copied from the source, with the whitespace it had on the word's side. A
         container's text is in the translation already (a fragment of a word another one holds) or has no target
         word left for it (every one taken): only its atoms are copied, never its text in the source language."""
@@ -189,8 +191,20 @@ class Placement:
                 return []
         body = [self.copy(self.s.items[i]) for i in item_indices]  # type: ignore[index]
         lead = [Piece(" ", node.path)] if after_word and space_before else []
-        tail = [Piece(" ", node.path)] if before_word and space_after else []
+        # a word after an atom that no word touched in the source ("<code>x</code>." -> "<code>x</code> der") is apart
+        apart = space_after or (word_after and self._ends_in_atom(unit))
+        tail = [Piece(" ", node.path)] if before_word and apart else []
         return lead + body + tail
+
+    def _ends_in_atom(self, unit: tuple[str, object]) -> bool:
+        """Whether the unit is an atom, or a container of atoms only, whose last atom no word touched on its right
+        in the source: a target word after it is a word apart."""
+        if unit[0] == "node":
+            node = unit[1]
+            if node.words or not node.items or not all(self.s.items[i].atom for i in node.items):  # type: ignore
+                return False
+            unit = ("atom", node.items[-1])  # type: ignore[union-attr]
+        return unit[1] not in self.s.glued_after
 
     def _apart(self, first: tuple[str, object], second: tuple[str, object]) -> bool:
         """Whether two units anchored together had source text or whitespace between them (not adjacent)."""

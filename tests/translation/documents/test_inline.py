@@ -134,6 +134,16 @@ def test_atoms_keep_their_separators_and_adjacent_atoms_stay_apart():
     assert "<c1>A</c1><c2>B</c2>" in render(runs, "siehe jetzt", [(0, 0), (1, 1)])
 
 
+def test_a_word_after_an_atom_no_word_touched_in_the_source_is_apart_from_it():
+    # "marked <code>Not Supported</code>." then a word the model put after the atom: never "Supported</code>der"
+    runs = [Run("it is marked "), Run("Not Supported", ("code",), atom=True), Run(".")]
+    out = render(runs, "es ist markiert der Tür.", [(0, 0), (1, 1), (2, 2), (2, 3)])
+    assert "der <code>Not Supported</code> Tür." in out
+    # glued to a letter in the source ("`div`s"): the target word may touch it as the source's did
+    runs = [Run("use "), Run("div", ("code",), atom=True), Run("s now")]
+    assert "<code>div</code>s" in render(runs, "use s now", [(0, 0), (1, 1), (2, 2)])
+
+
 def test_atoms_are_never_sent_and_stay_among_their_words():
     runs = [Run("Run "), Run("ls -la", ("code",), atom=True), Run(" now.")]
     p = Paragraph(runs)
