@@ -1,8 +1,10 @@
-"""`nmt export --to hf`: a Hugging Face MarianMTModel directory that `MarianMTModel.from_pretrained` and
-`MarianTokenizer.from_pretrained` load and `generate()` translates with as `nmt translate` does.
+"""`nmt export --to hf`: a Hugging Face directory that `AutoModelForSeq2SeqLM.from_pretrained` (MarianMTModel for a
+post-norm model, PegasusForConditionalGeneration for a pre-norm one) and `MarianTokenizer.from_pretrained` load and
+`generate()` translates with as `nmt translate` does.
 
-Written without `transformers` (it needs safetensors only): config.json (MarianConfig), model.safetensors
-(tensor names from nmt.interop.modelspec's MARIAN table, the one `nmt import` reads through), source.spm /
+Written without `transformers` (it needs safetensors only): config.json (MarianConfig or PegasusConfig),
+model.safetensors (tensor names from nmt.interop.modelspec's MARIAN table, the one `nmt import` reads through;
+Pegasus' layers have the same names), source.spm /
 target.spm, vocab.json (+ target_vocab.json for separate vocabularies), tokenizer_config.json,
 generation_config.json and a model card (nmt.interop.export.modelcard). How nmt's choices become Marian's:
 
@@ -18,8 +20,16 @@ generation_config.json and a model card (nmt.interop.export.modelcard). How nmt'
 - search: generate() has only the average length penalty (log-prob / L ** alpha), not nmt's default GNMT
   form; the card says so, and `nmt translate --set decode.length_penalty_type=average` gives generate's.
 
-Pre-norm models (and anything else MarianConfig cannot express) are refused in one line. `--push REPO`
-uploads the finished directory (`after`, called by nmt.interop.export once the directory is in place).
+- pre-norm: Marian is post-norm, but Pegasus is nmt's pre-norm model exactly: x + sublayer(LayerNorm(x)) in
+  every layer, a final LayerNorm after each stack, embeddings x sqrt(d_model) plus Marian's sine/cosine halves
+  (the same class, copied), no LayerNorm on the embeddings (mBART has one), positions from 0 (M2M100's start
+  after the padding id and use fairseq's frequencies), tied output with a logits bias. Its one limit: a single
+  embedding matrix for source, target and output, so pre-norm models with two vocabularies or an untied source
+  embedding are refused (--to ct2 takes them). The positional tables are written into model.safetensors (Pegasus
+  loads them rather than computing them, and would warn of "newly initialized" weights without them).
+
+Anything else the chosen architecture cannot express is refused in one line. `--push REPO` uploads the finished
+directory (`after`, called by nmt.interop.export once the directory is in place).
 """
 
 from __future__ import annotations
@@ -40,6 +50,8 @@ from nmt.model import sinusoidal_positions
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish"}  # nmt's name -> transformers' ACT2FN name
 SPECIAL_PIECES = {"pad": "<pad>", "unk": "<unk>", "eos": "</s>"}  # what MarianTokenizer looks the ids up by
 MAX_LENGTH = 512  # generate's max_length (OPUS-MT's), at most the model's positions
+# the transformers class (config.json's `architectures`) for a post-norm and a pre-norm model
+CLASSES = {"marian": "MarianMTModel", "pegasus": "PegasusForConditionalGeneration"}
 # where the permutation goes for each role: the input columns, or the output rows (and bias)
 OUTPUT_ROLES = ("self_attn.out", "cross_attn.out", "ffn.out")
 
@@ -60,7 +72,7 @@ def write(model: ModelDescription, path: Path, *, push: str | None = None, quant
     generation = generation_config(model)
     dump(path / "generation_config.json", generation)
     write_tokenizer(model, path)
-    (path / "README.md").write_text(model_card(model, generation), encoding="utf-8")
+    (path / "README.md").write_text(model_card(model, generation, CLASSES[architecture(model)]), encoding="utf-8")
 
 
 def after(path: Path, *, push: str | None = None, **_: Any) -> None:
@@ -69,7 +81,13 @@ def after(path: Path, *, push: str | None = None, **_: Any) -> None:
         upload(path, push)
 
 
-# ---------------------------------------------------------------- what Marian can express
+# ---------------------------------------------------------------- what Marian and Pegasus can express
+
+
+def architecture(model: ModelDescription) -> str:
+    """config.json's model_type: Marian for the paper's post-norm layers, Pegasus for pre-norm ones."""
+    return "pegasus" if model.config.pre_norm else "marian"
+
 
 
 def check(model: ModelDescription, quantization: str | None, options: dict[str, Any]) -> None:
@@ -79,9 +97,11 @@ def check(model: ModelDescription, quantization: str | None, options: dict[str, 
     if quantization not in (None, "none"):
         raise NmtError(f"--quantization {quantization}: --to hf writes float32 weights (quantize with --to ct2, or "
                        "after loading in transformers)")
-    if cfg.pre_norm:
-        raise NmtError(f"{model.source}: a pre-norm model cannot be expressed in MarianConfig (Marian is post-norm); "
-                       "export it with --to ct2")
+    if cfg.pre_norm and not shared_embeddings(model):
+        raise NmtError(f"{model.source}: a pre-norm model goes to Hugging Face as Pegasus, which has one embedding "
+                       "matrix for source, target and output; this model has "
+                       + ("two vocabularies" if not model.joint else "an untied source embedding")
+                       + ": export it with --to ct2")
     if cfg.activation not in ACTIVATIONS:
         raise NmtError(f"{model.source}: model.activation={cfg.activation} has no MarianConfig equivalent")
     if cfg.position_layout not in ("interleaved", "halves"):
@@ -90,7 +110,7 @@ def check(model: ModelDescription, quantization: str | None, options: dict[str, 
     if not model.tied_output:
         raise NmtError(f"{model.source}: an output layer untied from the target embedding is not supported by "
                        "--to hf (nmt import refuses tie_word_embeddings=false); export it with --to ct2")
-    if model.decoder_norm is not None or model.encoder_norm is not None:
+    if not cfg.pre_norm and (model.decoder_norm is not None or model.encoder_norm is not None):
         raise NmtError(f"{model.source}: final LayerNorms of the stacks cannot be expressed in MarianConfig; "
                        "export it with --to ct2")
     special = model.special
@@ -138,10 +158,13 @@ def layer_weights(layer: Layer, prefix: str, p: Tensor) -> dict[str, Tensor]:
 
 
 def weights(model: ModelDescription) -> dict[str, Tensor]:
-    """MarianMTModel's state dict (tied matrices once: from_pretrained ties the rest)."""
+    """MarianMTModel's or PegasusForConditionalGeneration's state dict (tied matrices once: from_pretrained ties
+    the rest)."""
     p = permutation(model)
     out: dict[str, Tensor] = {}
-    if shared_embeddings(model):
+    if model.config.pre_norm:
+        out.update(pegasus_weights(model, p))
+    elif shared_embeddings(model):
         out["model.shared.weight"] = model.tgt_embed[:, p]
     else:
         out["model.encoder.embed_tokens.weight"] = model.src_embed[:, p]
@@ -153,22 +176,34 @@ def weights(model: ModelDescription) -> dict[str, Tensor]:
     return {name: t.float().contiguous().clone() for name, t in out.items()}
 
 
+def pegasus_weights(model: ModelDescription, p: Tensor) -> dict[str, Tensor]:
+    """What Pegasus has beyond Marian's layers: the final LayerNorm of each stack and the positional tables
+    (Marian's halves: nmt's table with the model dimension permuted like every weight)."""
+    assert model.encoder_norm is not None and model.decoder_norm is not None  # pre-norm: describe() reads them
+    out = {"model.shared.weight": model.tgt_embed[:, p]}
+    for side, (gamma, beta) in (("encoder", model.encoder_norm), ("decoder", model.decoder_norm)):
+        out[f"model.{side}.layer_norm.weight"], out[f"model.{side}.layer_norm.bias"] = gamma[p], beta[p]
+        out[f"model.{side}.embed_positions.weight"] = model.positions[:, p]
+    return out
+
+
 # ---------------------------------------------------------------- configs
 
 
 def config(model: ModelDescription) -> dict[str, Any]:
-    """config.json: MarianConfig's keys."""
-    cfg, special = model.config, model.special
+    """config.json: MarianConfig's keys, or PegasusConfig's (the same less the two vocabularies' keys)."""
+    cfg, special, kind = model.config, model.special, architecture(model)
+    vocabularies = {"decoder_vocab_size": len(model.tgt_vocab),
+                    "share_encoder_decoder_embeddings": shared_embeddings(model)} if kind == "marian" else {}
     return {
-        "architectures": ["MarianMTModel"], "model_type": "marian", "vocab_size": len(model.src_vocab),
-        "decoder_vocab_size": len(model.tgt_vocab), "d_model": cfg.d_model, "encoder_layers": cfg.encoder_layers,
+        "architectures": [CLASSES[kind]], "model_type": kind, "vocab_size": len(model.src_vocab),
+        **vocabularies, "d_model": cfg.d_model, "encoder_layers": cfg.encoder_layers,
         "decoder_layers": cfg.decoder_layers, "encoder_attention_heads": cfg.n_heads,
         "decoder_attention_heads": cfg.n_heads, "encoder_ffn_dim": cfg.d_ff, "decoder_ffn_dim": cfg.d_ff,
         "max_position_embeddings": cfg.max_positions, "activation_function": ACTIVATIONS[cfg.activation],
         "scale_embedding": cfg.scale_embedding, "dropout": cfg.dropout, "attention_dropout": cfg.attention_dropout,
         "activation_dropout": cfg.activation_dropout, "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0,
-        "init_std": 0.02, "is_encoder_decoder": True, "use_cache": True,
-        "share_encoder_decoder_embeddings": shared_embeddings(model), "tie_word_embeddings": True,
+        "init_std": 0.02, "is_encoder_decoder": True, "use_cache": True, "tie_word_embeddings": True,
         "pad_token_id": special.pad, "eos_token_id": special.eos, "forced_eos_token_id": special.eos,
         "bos_token_id": None if special.bos == special.pad else special.bos,
         "decoder_start_token_id": special.bos, "dtype": "float32",
