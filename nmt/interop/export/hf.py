@@ -91,7 +91,7 @@ def architecture(model: ModelDescription) -> str:
 
 
 def check(model: ModelDescription, quantization: str | None, options: dict[str, Any]) -> None:
-    cfg = model.config
+    cfg, target = model.config, CLASSES[architecture(model)]
     if options:
         raise NmtError(f"--{next(iter(options)).replace('_', '-')} is not an option of --to hf")
     if quantization not in (None, "none"):
@@ -103,10 +103,10 @@ def check(model: ModelDescription, quantization: str | None, options: dict[str, 
                        + ("two vocabularies" if not model.joint else "an untied source embedding")
                        + ": export it with --to ct2")
     if cfg.activation not in ACTIVATIONS:
-        raise NmtError(f"{model.source}: model.activation={cfg.activation} has no MarianConfig equivalent")
+        raise NmtError(f"{model.source}: model.activation={cfg.activation} has no {target} equivalent")
     if cfg.position_layout not in ("interleaved", "halves"):
         raise NmtError(f"{model.source}: model.position_layout={cfg.position_layout} is not sinusoidal: "
-                       "MarianConfig cannot express it")
+                       f"{target} cannot express it")
     if not model.tied_output:
         raise NmtError(f"{model.source}: an output layer untied from the target embedding is not supported by "
                        "--to hf (nmt import refuses tie_word_embeddings=false); export it with --to ct2")
