@@ -3,7 +3,9 @@ PegasusForConditionalGeneration (Pegasus' layers are nmt's pre-norm layers, with
 stack and Marian's sine/cosine halves), which AutoModelForSeq2SeqLM and AutoTokenizer (MarianTokenizer) load
 offline; its logits equal nmt's to float precision — on the two committed pre-norm models and on one with random
 weights, LayerNorms and logits bias — and generate() translates the 100 test lines as `nmt translate` does (greedy
-and beam 4, generate's average length penalty).
+and beam 4, generate's average length penalty). A pre-norm model with two embedding matrices, which Pegasus cannot
+hold, is a MarianMTModel made pre-norm by the modeling file shipped in the directory (trust_remote_code=True),
+proven the same way on a random-weight one.
 
 The models: tests/fixtures/export-prenorm.pt (4+4 layers, gelu, halves, the demo corpus' vocabulary) and
 tests/fixtures/prenorm-model.pt (configs/multi30k.yaml's options, tiny: relu, the paper's interleaved sinusoids, a
@@ -12,7 +14,6 @@ Multi30k vocabulary).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -24,23 +25,22 @@ pytest.importorskip("safetensors")
 
 from nmt import checkpoint  # noqa: E402
 from nmt.config.experiment import DecodeConfig  # noqa: E402
-from nmt.errors import NmtError  # noqa: E402
-from nmt.interop.export import export  # noqa: E402
-from nmt.interop.export import hf as export_hf  # noqa: E402
-from nmt.interop.modelspec import describe  # noqa: E402
+from nmt.interop.export import export, hf_prenorm_modeling  # noqa: E402
 from nmt.translation.translator import Translator  # noqa: E402
 from tests.helpers.cli import assert_one_line_error, run_cli  # noqa: E402
 from tests.helpers.exporting import hf_translate, nmt_translate, same  # noqa: E402
-from tests.helpers.paths import EXPORT_PRENORM, FIXTURES  # noqa: E402
+from tests.helpers.paths import EXPORT_PRENORM, EXPORT_SEPARATE, FIXTURES  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")  # MarianTokenizer's
 MODELS = {"prenorm": EXPORT_PRENORM, "multi30k": FIXTURES / "prenorm-model.pt"}
 
 
-def load(directory: Path) -> tuple[object, object]:
-    """The directory as a user loads it: the Auto classes, offline (nothing on the hub is asked for)."""
-    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(directory, local_files_only=True).eval()
-    tok = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True)
+def load(directory: Path, remote: bool = False) -> tuple[object, object]:
+    """The directory as a user loads it: the Auto classes, offline (nothing on the hub is asked for); `remote`:
+    with trust_remote_code, which the shipped modeling file needs."""
+    options = {"local_files_only": True, "trust_remote_code": remote}
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(directory, **options).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(directory, **options)
     tok.punc_normalizer = lambda text: text  # Moses punctuation normalization only if sacremoses is installed
     return model, tok
 
@@ -56,10 +56,17 @@ def exported(tmp_path_factory) -> dict[str, dict]:
     return out
 
 
-def random_prenorm(path: Path) -> Path:
-    """export-prenorm.pt with random weights everywhere (LayerNorm gains and biases far from 1 and 0, a logits
-    bias), the paper's interleaved sinusoids and swish: what training happened to leave cannot hide a mismatch."""
-    state = checkpoint.load(EXPORT_PRENORM)
+def randomized(source: Path, path: Path, **model: object) -> Path:
+    """The checkpoint `source` with the config's model settings `model` and random weights everywhere (LayerNorm
+    gains and biases far from 1 and 0; final LayerNorms added for pre-norm; a logits bias with output_bias): what
+    training happened to leave cannot hide a mismatch."""
+    state = checkpoint.load(source)
+    state["config"]["model"].update(model)
+    d_model = state["config"]["model"]["d_model"]
+    if state["config"]["model"]["pre_norm"]:
+        for name in ("encoder_norm", "decoder_norm"):
+            state["model"].setdefault(f"{name}.weight", torch.ones(d_model))
+            state["model"].setdefault(f"{name}.bias", torch.zeros(d_model))
     generator = torch.Generator().manual_seed(7)
     seen = set()
     for name, t in state["model"].items():
@@ -71,9 +78,8 @@ def random_prenorm(path: Path) -> Path:
         # attention so peaked that float32 rounding in another summation order (the permuted model dimension)
         # moves logits by ~5e-4 in either engine: ill-conditioning, not a difference of the models
         t.copy_(1 + 0.5 * noise if "norm" in name and name.endswith("weight") else 0.1 * noise)
-    vocab = state["model"]["tgt_embed.weight"].shape[0]
-    state["model"]["output.bias"] = torch.randn(vocab, generator=generator)
-    state["config"]["model"].update(position_layout="interleaved", activation="swish", output_bias=True)
+    if state["config"]["model"]["output_bias"]:
+        state["model"]["output.bias"] = torch.randn(state["model"]["tgt_embed.weight"].shape[0], generator=generator)
     checkpoint.save(state, path)
     return path
 
@@ -105,7 +111,8 @@ def test_a_pegasus_model_with_nmts_logits(exported, export_lines, kind):
 
 
 def test_random_weights_logits_and_greedy_equal_nmts(export_lines, tmp_path):
-    ckpt = random_prenorm(tmp_path / "random.pt")
+    ckpt = randomized(EXPORT_PRENORM, tmp_path / "random.pt", position_layout="interleaved", activation="swish",
+                      output_bias=True)
     model, tok = load(export(ckpt, "hf", tmp_path / "hf"))
     assert model.final_logits_bias.abs().max() > 0 and (model.model.encoder.layer_norm.weight - 1).abs().max() > 0.5
     assert_logits_equal(model, tok, ckpt, export_lines[:16])
@@ -150,14 +157,28 @@ def test_files_config_and_model_card(exported):
     assert "tags:\n- translation\n- pegasus" in card
 
 
-def test_two_embeddings_are_refused_in_one_line(tmp_path):
-    """Pegasus has one embedding matrix: a pre-norm model with an untied source embedding cannot go there."""
-    model = describe(checkpoint.load(EXPORT_PRENORM))
-    model.config = dataclasses.replace(model.config, share_all_embeddings=False)
-    with pytest.raises(NmtError, match=r"goes to Hugging Face as Pegasus.*an untied source embedding: export it "
-                                       r"with --to ct2"):
-        export_hf.write(model, tmp_path / "out")
-    assert not (tmp_path / "out").exists()
+def test_two_embedding_matrices_go_through_the_shipped_modeling_file(export_lines, tmp_path):
+    """Pegasus has one embedding matrix; a pre-norm model with separate vocabularies (export-separate.pt made
+    pre-norm, random weights) is the shipped pre-norm MarianMTModel, which transformers runs only when trusted."""
+    ckpt = randomized(EXPORT_SEPARATE, tmp_path / "random.pt", pre_norm=True, output_bias=True)
+    directory = export(ckpt, "hf", tmp_path / "hf")
+    assert (directory / "modeling_nmt_prenorm.py").read_bytes() == Path(hf_prenorm_modeling.__file__).read_bytes()
+    config = json.loads((directory / "config.json").read_text())
+    assert config["model_type"] == "nmt_prenorm_marian" and not config["share_encoder_decoder_embeddings"]
+    assert config["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_nmt_prenorm.NmtPreNormMTModel"
+    assert "trust_remote_code=True" in (directory / "README.md").read_text()
+    with pytest.raises(ValueError, match="trust_remote_code"):  # never run post-norm by mistake
+        transformers.AutoModelForSeq2SeqLM.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
+    model, tok = load(directory, remote=True)
+    assert type(model).__name__ == "NmtPreNormMTModel" and isinstance(tok, transformers.MarianTokenizer)
+    embeddings = model.model.encoder.embed_tokens.weight, model.model.decoder.embed_tokens.weight
+    assert tok.separate_vocabs and not torch.equal(*embeddings)  # two matrices, the output tied to the target's
+    assert model.lm_head.weight.data_ptr() == embeddings[1].data_ptr()
+    assert_logits_equal(model, tok, ckpt, export_lines[:16])
+    lines = export_lines[:20]
+    for beam in (1, 4):
+        ours = nmt_translate(ckpt, lines, beam, 1.0)
+        assert same("two matrices", f"beam {beam}", ours, hf_translate(model, tok, lines, beam)) == 20
 
 
 def test_cli_exports_a_pre_norm_model(tmp_path):

@@ -23,10 +23,12 @@ generation_config.json and a model card (nmt.interop.export.modelcard). How nmt'
 - pre-norm: Marian is post-norm, but Pegasus is nmt's pre-norm model exactly: x + sublayer(LayerNorm(x)) in
   every layer, a final LayerNorm after each stack, embeddings x sqrt(d_model) plus Marian's sine/cosine halves
   (the same class, copied), no LayerNorm on the embeddings (mBART has one), positions from 0 (M2M100's start
-  after the padding id and use fairseq's frequencies), tied output with a logits bias. Its one limit: a single
-  embedding matrix for source, target and output, so pre-norm models with two vocabularies or an untied source
-  embedding are refused (--to ct2 takes them). The positional tables are written into model.safetensors (Pegasus
-  loads them rather than computing them, and would warn of "newly initialized" weights without them).
+  after the padding id and use fairseq's frequencies), tied output with a logits bias. The positional tables are
+  written into model.safetensors (Pegasus loads them rather than computing them, and would warn of "newly
+  initialized" weights without them). Pegasus has one embedding matrix for source, target and output, so a
+  pre-norm model with two (separate vocabularies, or an untied source embedding) is a MarianMTModel made pre-norm
+  by a modeling file shipped in the directory (nmt.interop.export.hf_prenorm_modeling, loaded with
+  trust_remote_code=True; its model_type is not Marian's, so transformers refuses it without that flag).
 
 Anything else the chosen architecture cannot express is refused in one line. `--push REPO` uploads the finished
 directory (`after`, called by nmt.interop.export once the directory is in place).
@@ -35,6 +37,7 @@ directory (`after`, called by nmt.interop.export once the directory is in place)
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +54,9 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish"}  # nmt's name -
 SPECIAL_PIECES = {"pad": "<pad>", "unk": "<unk>", "eos": "</s>"}  # what MarianTokenizer looks the ids up by
 MAX_LENGTH = 512  # generate's max_length (OPUS-MT's), at most the model's positions
 # the transformers class (config.json's `architectures`) for a post-norm and a pre-norm model
-CLASSES = {"marian": "MarianMTModel", "pegasus": "PegasusForConditionalGeneration"}
+CLASSES = {"marian": "MarianMTModel", "pegasus": "PegasusForConditionalGeneration",
+           "nmt_prenorm_marian": "NmtPreNormMTModel"}
+REMOTE_CODE = "modeling_nmt_prenorm"  # the shipped modeling file's module name in the exported directory
 # where the permutation goes for each role: the input columns, or the output rows (and bias)
 OUTPUT_ROLES = ("self_attn.out", "cross_attn.out", "ffn.out")
 
@@ -72,6 +77,8 @@ def write(model: ModelDescription, path: Path, *, push: str | None = None, quant
     generation = generation_config(model)
     dump(path / "generation_config.json", generation)
     write_tokenizer(model, path)
+    if architecture(model) == "nmt_prenorm_marian":
+        shutil.copyfile(Path(__file__).with_name("hf_prenorm_modeling.py"), path / f"{REMOTE_CODE}.py")
     (path / "README.md").write_text(model_card(model, generation, CLASSES[architecture(model)]), encoding="utf-8")
 
 
@@ -85,8 +92,11 @@ def after(path: Path, *, push: str | None = None, **_: Any) -> None:
 
 
 def architecture(model: ModelDescription) -> str:
-    """config.json's model_type: Marian for the paper's post-norm layers, Pegasus for pre-norm ones."""
-    return "pegasus" if model.config.pre_norm else "marian"
+    """config.json's model_type: Marian for the paper's post-norm layers, Pegasus for pre-norm ones with one
+    embedding matrix, the shipped pre-norm Marian for the other pre-norm ones."""
+    if not model.config.pre_norm:
+        return "marian"
+    return "pegasus" if shared_embeddings(model) else "nmt_prenorm_marian"
 
 
 
@@ -97,11 +107,6 @@ def check(model: ModelDescription, quantization: str | None, options: dict[str, 
     if quantization not in (None, "none"):
         raise NmtError(f"--quantization {quantization}: --to hf writes float32 weights (quantize with --to ct2, or "
                        "after loading in transformers)")
-    if cfg.pre_norm and not shared_embeddings(model):
-        raise NmtError(f"{model.source}: a pre-norm model goes to Hugging Face as Pegasus, which has one embedding "
-                       "matrix for source, target and output; this model has "
-                       + ("two vocabularies" if not model.joint else "an untied source embedding")
-                       + ": export it with --to ct2")
     if cfg.activation not in ACTIVATIONS:
         raise NmtError(f"{model.source}: model.activation={cfg.activation} has no {target} equivalent")
     if cfg.position_layout not in ("interleaved", "halves"):
@@ -158,13 +163,12 @@ def layer_weights(layer: Layer, prefix: str, p: Tensor) -> dict[str, Tensor]:
 
 
 def weights(model: ModelDescription) -> dict[str, Tensor]:
-    """MarianMTModel's or PegasusForConditionalGeneration's state dict (tied matrices once: from_pretrained ties
-    the rest)."""
-    p = permutation(model)
-    out: dict[str, Tensor] = {}
-    if model.config.pre_norm:
-        out.update(pegasus_weights(model, p))
-    elif shared_embeddings(model):
+    """The state dict of CLASSES[architecture(model)] (tied matrices once: from_pretrained ties the rest)."""
+    p, kind = permutation(model), architecture(model)
+    out: dict[str, Tensor] = final_norms(model, p) if model.config.pre_norm else {}
+    if kind == "pegasus":
+        out.update(pegasus_positions(model, p))
+    if shared_embeddings(model):
         out["model.shared.weight"] = model.tgt_embed[:, p]
     else:
         out["model.encoder.embed_tokens.weight"] = model.src_embed[:, p]
@@ -176,15 +180,19 @@ def weights(model: ModelDescription) -> dict[str, Tensor]:
     return {name: t.float().contiguous().clone() for name, t in out.items()}
 
 
-def pegasus_weights(model: ModelDescription, p: Tensor) -> dict[str, Tensor]:
-    """What Pegasus has beyond Marian's layers: the final LayerNorm of each stack and the positional tables
-    (Marian's halves: nmt's table with the model dimension permuted like every weight)."""
+def final_norms(model: ModelDescription, p: Tensor) -> dict[str, Tensor]:
+    """The final LayerNorm of each pre-norm stack, named as Pegasus (and the shipped pre-norm Marian) name it."""
     assert model.encoder_norm is not None and model.decoder_norm is not None  # pre-norm: describe() reads them
-    out = {"model.shared.weight": model.tgt_embed[:, p]}
+    out = {}
     for side, (gamma, beta) in (("encoder", model.encoder_norm), ("decoder", model.decoder_norm)):
         out[f"model.{side}.layer_norm.weight"], out[f"model.{side}.layer_norm.bias"] = gamma[p], beta[p]
-        out[f"model.{side}.embed_positions.weight"] = model.positions[:, p]
     return out
+
+
+def pegasus_positions(model: ModelDescription, p: Tensor) -> dict[str, Tensor]:
+    """Pegasus' positional tables: Marian's halves, nmt's table with the model dimension permuted like every
+    weight (Marian computes its own and ignores missing ones)."""
+    return {f"model.{side}.embed_positions.weight": model.positions[:, p] for side in ("encoder", "decoder")}
 
 
 # ---------------------------------------------------------------- configs
@@ -193,8 +201,11 @@ def pegasus_weights(model: ModelDescription, p: Tensor) -> dict[str, Tensor]:
 def config(model: ModelDescription) -> dict[str, Any]:
     """config.json: MarianConfig's keys, or PegasusConfig's (the same less the two vocabularies' keys)."""
     cfg, special, kind = model.config, model.special, architecture(model)
-    vocabularies = {"decoder_vocab_size": len(model.tgt_vocab),
-                    "share_encoder_decoder_embeddings": shared_embeddings(model)} if kind == "marian" else {}
+    vocabularies = {} if kind == "pegasus" else {"decoder_vocab_size": len(model.tgt_vocab),
+                                                  "share_encoder_decoder_embeddings": shared_embeddings(model)}
+    if kind == "nmt_prenorm_marian":  # the shipped classes, for trust_remote_code
+        vocabularies["auto_map"] = {"AutoConfig": f"{REMOTE_CODE}.NmtPreNormConfig",
+                                    "AutoModelForSeq2SeqLM": f"{REMOTE_CODE}.{CLASSES[kind]}"}
     return {
         "architectures": [CLASSES[kind]], "model_type": kind, "vocab_size": len(model.src_vocab),
         **vocabularies, "d_model": cfg.d_model, "encoder_layers": cfg.encoder_layers,

@@ -21,10 +21,12 @@ def model_card(model: ModelDescription, generation: dict[str, Any], model_class:
     """The card of a directory whose config.json names `model_class` (nmt.interop.export.hf.CLASSES)."""
     src, tgt = model.langs
     cfg, decode = model.config, model.decode
-    family = "pegasus" if cfg.pre_norm else "marian"  # the transformers model family that runs it
+    family = "pegasus" if model_class.startswith("Pegasus") else "marian"  # the transformers family that runs it
+    remote = model_class == "NmtPreNormMTModel"  # the modeling file shipped beside the weights
     norm = "pre-norm Transformer (a final LayerNorm after each stack)" if cfg.pre_norm else "post-norm Transformer"
     front = {"language": list(dict.fromkeys([src, tgt])), "license": "unknown", "library_name": "transformers",
-             "pipeline_tag": "translation", "tags": ["translation", family, "nmt"]}
+             "pipeline_tag": "translation",
+             "tags": ["translation", family, "nmt", *(["custom_code"] if remote else [])]}
     run = run_facts(model.source)
     vocab = (f"one joint vocabulary of {len(model.src_vocab)} entries" if model.joint
              else f"separate vocabularies ({len(model.src_vocab)} source, {len(model.tgt_vocab)} target entries)")
@@ -34,13 +36,16 @@ def model_card(model: ModelDescription, generation: dict[str, Any], model_class:
         f"# {src}-{tgt} translation ({model.source.name})", "",
         f"A Transformer translation model {origin}exported with `nmt export "
         f"--to hf` (the nmt toolkit), as a Hugging Face `{model_class}`"
-        + ("" if model_class == "MarianMTModel" else " (Pegasus' layers are nmt's pre-norm layers exactly; the "
-           "tokenizer is Marian's)") + ".", "",
+        + {"MarianMTModel": "", "PegasusForConditionalGeneration": " (Pegasus' layers are nmt's pre-norm layers "
+           "exactly; the tokenizer is Marian's)", "NmtPreNormMTModel": " (MarianMTModel made pre-norm by "
+           "modeling_nmt_prenorm.py, shipped here: load it with `trust_remote_code=True`)"}[model_class] + ".", "",
         "## How to use", "", "```python",
-        f"from transformers import {model_class}, MarianTokenizer", "",
+        "from transformers import AutoModelForSeq2SeqLM, MarianTokenizer" if remote
+        else f"from transformers import {model_class}, MarianTokenizer", "",
         'path = "."  # this directory, or its hub repo id',
         "tokenizer = MarianTokenizer.from_pretrained(path)",
-        f"model = {model_class}.from_pretrained(path)",
+        "model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)" if remote
+        else f"model = {model_class}.from_pretrained(path)",
         f'batch = tokenizer(["{example(src)}"], return_tensors="pt", padding=True)',
         "print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))", "```", "",
         "## Model", "",
