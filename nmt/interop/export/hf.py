@@ -1,12 +1,13 @@
 """`nmt export --to hf`: a Hugging Face directory that `AutoModelForSeq2SeqLM.from_pretrained` (MarianMTModel for a
-post-norm model, PegasusForConditionalGeneration for a pre-norm one) and `MarianTokenizer.from_pretrained` load and
-`generate()` translates with as `nmt translate` does.
+post-norm model, PegasusForConditionalGeneration for a pre-norm one, a shipped pre-norm MarianMTModel for a
+pre-norm one with two embedding matrices) and `MarianTokenizer.from_pretrained` load and `generate()` translates
+with as `nmt translate` does.
 
 Written without `transformers` (it needs safetensors only): config.json (MarianConfig or PegasusConfig),
 model.safetensors (tensor names from nmt.interop.modelspec's MARIAN table, the one `nmt import` reads through;
-Pegasus' layers have the same names), source.spm /
-target.spm, vocab.json (+ target_vocab.json for separate vocabularies), tokenizer_config.json,
-generation_config.json and a model card (nmt.interop.export.modelcard). How nmt's choices become Marian's:
+Pegasus' layers have the same names), source.spm / target.spm, vocab.json (+ target_vocab.json for separate
+vocabularies), tokenizer_config.json, generation_config.json and a model card (nmt.interop.export.modelcard).
+How nmt's choices become Marian's:
 
 - positions: Marian adds sines then cosines in two halves; the paper's interleaved layout is the same table
   with its columns in another order. A fixed permutation P of the model dimension (x' = x[P]) applied to
@@ -19,7 +20,6 @@ generation_config.json and a model card (nmt.interop.export.modelcard). How nmt'
   MarianTokenizer appends </s> to the source as nmt does.
 - search: generate() has only the average length penalty (log-prob / L ** alpha), not nmt's default GNMT
   form; the card says so, and `nmt translate --set decode.length_penalty_type=average` gives generate's.
-
 - pre-norm: Marian is post-norm, but Pegasus is nmt's pre-norm model exactly: x + sublayer(LayerNorm(x)) in
   every layer, a final LayerNorm after each stack, embeddings x sqrt(d_model) plus Marian's sine/cosine halves
   (the same class, copied), no LayerNorm on the embeddings (mBART has one), positions from 0 (M2M100's start
