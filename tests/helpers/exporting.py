@@ -15,15 +15,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nmt.config.experiment import load_config
+import torch
+
+from nmt import checkpoint
+from nmt.config.experiment import DecodeConfig, load_config
 from nmt.data.prepare import prepare
 from nmt.rundir import RunDir
 from nmt.train.loop import train
+from nmt.translation.translator import Translator
 
 from .paths import MARIAN_MODEL
 from .training import tiny_config
 
 KINDS = ("tiny", "prenorm", "separate", "marian")
+MAX_NEW = 100  # new tokens generate() may add (max_length: + the start token); nmt: 99 tokens + EOS
 
 
 def trained(data: Path, run: Path, *overrides: str) -> Path:
@@ -55,3 +60,31 @@ def marian(root: Path) -> Path:
     from nmt.interop.marian import import_model
 
     return import_model(str(MARIAN_MODEL), root / "marian.pt", src_lang="en", tgt_lang="de")
+
+
+# ------------------------------------------------ `--to hf`: transformers' generate() beside nmt's search
+
+
+def hf_translate(model, tok, lines: list[str], beam: int) -> list[str]:
+    """generate() with the exported generation_config.json (its length penalty, bad words, start token)."""
+    inputs = tok(lines, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**inputs, num_beams=beam, do_sample=False, max_length=MAX_NEW + 1)  # <s> + 100
+    return tok.batch_decode(out, skip_special_tokens=True)
+
+
+def nmt_translate(path: Path, lines: list[str], beam: int, alpha: float) -> list[str]:
+    """nmt's own search, in generate's terms: the average length penalty with the exported alpha."""
+    settings = DecodeConfig(beam=beam, max_len_a=0.0, max_len_b=MAX_NEW - 1, length_penalty=alpha,
+                            length_penalty_type="average")
+    translator = Translator(checkpoint.load(path), settings, dtype="fp32")
+    return [r.text[0] for r in translator.translate_chunk(lines)]
+
+
+def same(kind: str, what: str, ours: list[str], theirs: list[str]) -> int:
+    """How many lines are identical; the others printed for the record."""
+    differ = [(i, o, t) for i, (o, t) in enumerate(zip(ours, theirs)) if o != t]
+    for i, o, t in differ:
+        print(f"{kind} {what} line {i}: nmt {o!r} vs {t!r}")
+    print(f"{kind} {what}: {len(ours) - len(differ)}/{len(ours)} identical")
+    return len(ours) - len(differ)

@@ -28,10 +28,10 @@ from nmt.interop.export import export  # noqa: E402
 from nmt.interop.marian import import_model  # noqa: E402
 from nmt.translation.translator import Translator  # noqa: E402
 from tests.helpers.cli import assert_one_line_error, nmt_process, run_cli  # noqa: E402
+from tests.helpers.exporting import hf_translate, nmt_translate, same  # noqa: E402
 from tests.helpers.paths import DEMO_MODEL  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")  # MarianTokenizer's
-MAX_NEW = 100  # new tokens generate may add (max_length: + the start token); nmt: 99 tokens + EOS
 KINDS = ("tiny", "separate", "marian")
 
 
@@ -47,31 +47,6 @@ def exported(export_models, tmp_path_factory) -> dict[str, dict]:
         out[kind] = {"dir": directory, "model": transformers.MarianMTModel.from_pretrained(directory).eval(),
                      "tok": tok, "ckpt": export_models[kind]}
     return out
-
-
-def hf_translate(model, tok, lines: list[str], beam: int) -> list[str]:
-    """generate() with the exported generation_config.json (its length penalty, bad words, start token)."""
-    inputs = tok(lines, return_tensors="pt", padding=True)
-    with torch.no_grad():
-        out = model.generate(**inputs, num_beams=beam, do_sample=False, max_length=MAX_NEW + 1)  # <s> + 100
-    return tok.batch_decode(out, skip_special_tokens=True)
-
-
-def nmt_translate(path: Path, lines: list[str], beam: int, alpha: float) -> list[str]:
-    """nmt's own search, in generate's terms: the average length penalty with the exported alpha."""
-    settings = DecodeConfig(beam=beam, max_len_a=0.0, max_len_b=MAX_NEW - 1, length_penalty=alpha,
-                            length_penalty_type="average")
-    translator = Translator(checkpoint.load(path), settings, dtype="fp32")
-    return [r.text[0] for r in translator.translate_chunk(lines)]
-
-
-def same(kind: str, what: str, ours: list[str], theirs: list[str]) -> int:
-    """How many lines are identical; the others printed for the record."""
-    differ = [(i, o, t) for i, (o, t) in enumerate(zip(ours, theirs)) if o != t]
-    for i, o, t in differ:
-        print(f"{kind} {what} line {i}: nmt {o!r} vs {t!r}")
-    print(f"{kind} {what}: {len(ours) - len(differ)}/{len(ours)} identical")
-    return len(ours) - len(differ)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -143,10 +118,8 @@ def test_model_card_of_a_run_dir_has_data_and_bleu(tmp_path):
     assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in card
 
 
-def test_pre_norm_is_refused_in_one_line(export_models, tmp_path):
-    with pytest.raises(NmtError, match=r"pre-norm model cannot be expressed in MarianConfig.*--to ct2"):
-        export(export_models["prenorm"], "hf", tmp_path / "out")
-    assert list(tmp_path.iterdir()) == []  # nothing half-written
+def test_quantization_is_refused_in_one_line(export_models, tmp_path):
+    # pre-norm models export as Pegasus: tests/interop/test_export_hf_prenorm.py
     with pytest.raises(NmtError, match=r"--quantization int8: --to hf writes float32"):
         export(export_models["tiny"], "hf", tmp_path / "out", quantization="int8")
 
@@ -171,8 +144,10 @@ def test_push_uploads_the_finished_directory(tmp_path, monkeypatch):
 
 def test_cli_refusals_are_one_line(export_models, tmp_path):
     demo = DEMO_MODEL
-    result = run_cli("export", "--checkpoint", export_models["prenorm"], "--to", "hf", "-o", tmp_path / "a")
-    assert_one_line_error(result, "pre-norm model cannot be expressed in MarianConfig", "--to ct2")
+    result = run_cli("export", "--checkpoint", export_models["tiny"], "--to", "hf", "-o", tmp_path / "a",
+                     "--quantization", "int8")
+    assert_one_line_error(result, "--quantization int8: --to hf writes float32")
+    assert not (tmp_path / "a").exists()
     (tmp_path / "b").mkdir()
     result = run_cli("export", "--checkpoint", demo, "--to", "hf", "-o", tmp_path / "b")
     assert_one_line_error(result, "exists: pass --force")

@@ -1,10 +1,13 @@
-"""`nmt export --to hf`: a Hugging Face MarianMTModel directory that `MarianMTModel.from_pretrained` and
-`MarianTokenizer.from_pretrained` load and `generate()` translates with as `nmt translate` does.
+"""`nmt export --to hf`: a Hugging Face directory that `AutoModelForSeq2SeqLM.from_pretrained` (MarianMTModel for a
+post-norm model, PegasusForConditionalGeneration for a pre-norm one, a shipped pre-norm MarianMTModel for a
+pre-norm one with two embedding matrices) and `MarianTokenizer.from_pretrained` load and `generate()` translates
+with as `nmt translate` does.
 
-Written without `transformers` (it needs safetensors only): config.json (MarianConfig), model.safetensors
-(tensor names from nmt.interop.modelspec's MARIAN table, the one `nmt import` reads through), source.spm /
-target.spm, vocab.json (+ target_vocab.json for separate vocabularies), tokenizer_config.json,
-generation_config.json and a model card (nmt.interop.export.modelcard). How nmt's choices become Marian's:
+Written without `transformers` (it needs safetensors only): config.json (MarianConfig or PegasusConfig),
+model.safetensors (tensor names from nmt.interop.modelspec's MARIAN table, the one `nmt import` reads through;
+Pegasus' layers have the same names), source.spm / target.spm, vocab.json (+ target_vocab.json for separate
+vocabularies), tokenizer_config.json, generation_config.json and a model card (nmt.interop.export.modelcard).
+How nmt's choices become Marian's:
 
 - positions: Marian adds sines then cosines in two halves; the paper's interleaved layout is the same table
   with its columns in another order. A fixed permutation P of the model dimension (x' = x[P]) applied to
@@ -17,14 +20,24 @@ generation_config.json and a model card (nmt.interop.export.modelcard). How nmt'
   MarianTokenizer appends </s> to the source as nmt does.
 - search: generate() has only the average length penalty (log-prob / L ** alpha), not nmt's default GNMT
   form; the card says so, and `nmt translate --set decode.length_penalty_type=average` gives generate's.
+- pre-norm: Marian is post-norm, but Pegasus is nmt's pre-norm model exactly: x + sublayer(LayerNorm(x)) in
+  every layer, a final LayerNorm after each stack, embeddings x sqrt(d_model) plus Marian's sine/cosine halves
+  (the same class, copied), no LayerNorm on the embeddings (mBART has one), positions from 0 (M2M100's start
+  after the padding id and use fairseq's frequencies), tied output with a logits bias. The positional tables are
+  written into model.safetensors (Pegasus loads them rather than computing them, and would warn of "newly
+  initialized" weights without them). Pegasus has one embedding matrix for source, target and output, so a
+  pre-norm model with two (separate vocabularies, or an untied source embedding) is a MarianMTModel made pre-norm
+  by a modeling file shipped in the directory (nmt.interop.export.hf_prenorm_modeling, loaded with
+  trust_remote_code=True; its model_type is not Marian's, so transformers refuses it without that flag).
 
-Pre-norm models (and anything else MarianConfig cannot express) are refused in one line. `--push REPO`
-uploads the finished directory (`after`, called by nmt.interop.export once the directory is in place).
+Anything else the chosen architecture cannot express is refused in one line. `--push REPO` uploads the finished
+directory (`after`, called by nmt.interop.export once the directory is in place).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +53,10 @@ from nmt.model import sinusoidal_positions
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish"}  # nmt's name -> transformers' ACT2FN name
 SPECIAL_PIECES = {"pad": "<pad>", "unk": "<unk>", "eos": "</s>"}  # what MarianTokenizer looks the ids up by
 MAX_LENGTH = 512  # generate's max_length (OPUS-MT's), at most the model's positions
+# the transformers class (config.json's `architectures`) for a post-norm and a pre-norm model
+CLASSES = {"marian": "MarianMTModel", "pegasus": "PegasusForConditionalGeneration",
+           "nmt_prenorm_marian": "NmtPreNormMTModel"}
+REMOTE_CODE = "modeling_nmt_prenorm"  # the shipped modeling file's module name in the exported directory
 # where the permutation goes for each role: the input columns, or the output rows (and bias)
 OUTPUT_ROLES = ("self_attn.out", "cross_attn.out", "ffn.out")
 
@@ -60,7 +77,9 @@ def write(model: ModelDescription, path: Path, *, push: str | None = None, quant
     generation = generation_config(model)
     dump(path / "generation_config.json", generation)
     write_tokenizer(model, path)
-    (path / "README.md").write_text(model_card(model, generation), encoding="utf-8")
+    if architecture(model) == "nmt_prenorm_marian":
+        shutil.copyfile(Path(__file__).with_name("hf_prenorm_modeling.py"), path / f"{REMOTE_CODE}.py")
+    (path / "README.md").write_text(model_card(model, generation, CLASSES[architecture(model)]), encoding="utf-8")
 
 
 def after(path: Path, *, push: str | None = None, **_: Any) -> None:
@@ -69,28 +88,34 @@ def after(path: Path, *, push: str | None = None, **_: Any) -> None:
         upload(path, push)
 
 
-# ---------------------------------------------------------------- what Marian can express
+# ---------------------------------------------------------------- what Marian and Pegasus can express
+
+
+def architecture(model: ModelDescription) -> str:
+    """config.json's model_type: Marian for the paper's post-norm layers, Pegasus for pre-norm ones with one
+    embedding matrix, the shipped pre-norm Marian for the other pre-norm ones."""
+    if not model.config.pre_norm:
+        return "marian"
+    return "pegasus" if shared_embeddings(model) else "nmt_prenorm_marian"
+
 
 
 def check(model: ModelDescription, quantization: str | None, options: dict[str, Any]) -> None:
-    cfg = model.config
+    cfg, target = model.config, CLASSES[architecture(model)]
     if options:
         raise NmtError(f"--{next(iter(options)).replace('_', '-')} is not an option of --to hf")
     if quantization not in (None, "none"):
         raise NmtError(f"--quantization {quantization}: --to hf writes float32 weights (quantize with --to ct2, or "
                        "after loading in transformers)")
-    if cfg.pre_norm:
-        raise NmtError(f"{model.source}: a pre-norm model cannot be expressed in MarianConfig (Marian is post-norm); "
-                       "export it with --to ct2")
     if cfg.activation not in ACTIVATIONS:
-        raise NmtError(f"{model.source}: model.activation={cfg.activation} has no MarianConfig equivalent")
+        raise NmtError(f"{model.source}: model.activation={cfg.activation} has no {target} equivalent")
     if cfg.position_layout not in ("interleaved", "halves"):
         raise NmtError(f"{model.source}: model.position_layout={cfg.position_layout} is not sinusoidal: "
-                       "MarianConfig cannot express it")
+                       f"{target} cannot express it")
     if not model.tied_output:
         raise NmtError(f"{model.source}: an output layer untied from the target embedding is not supported by "
                        "--to hf (nmt import refuses tie_word_embeddings=false); export it with --to ct2")
-    if model.decoder_norm is not None or model.encoder_norm is not None:
+    if not cfg.pre_norm and (model.decoder_norm is not None or model.encoder_norm is not None):
         raise NmtError(f"{model.source}: final LayerNorms of the stacks cannot be expressed in MarianConfig; "
                        "export it with --to ct2")
     special = model.special
@@ -138,9 +163,11 @@ def layer_weights(layer: Layer, prefix: str, p: Tensor) -> dict[str, Tensor]:
 
 
 def weights(model: ModelDescription) -> dict[str, Tensor]:
-    """MarianMTModel's state dict (tied matrices once: from_pretrained ties the rest)."""
-    p = permutation(model)
-    out: dict[str, Tensor] = {}
+    """The state dict of CLASSES[architecture(model)] (tied matrices once: from_pretrained ties the rest)."""
+    p, kind = permutation(model), architecture(model)
+    out: dict[str, Tensor] = final_norms(model, p) if model.config.pre_norm else {}
+    if kind == "pegasus":
+        out.update(pegasus_positions(model, p))
     if shared_embeddings(model):
         out["model.shared.weight"] = model.tgt_embed[:, p]
     else:
@@ -153,22 +180,41 @@ def weights(model: ModelDescription) -> dict[str, Tensor]:
     return {name: t.float().contiguous().clone() for name, t in out.items()}
 
 
+def final_norms(model: ModelDescription, p: Tensor) -> dict[str, Tensor]:
+    """The final LayerNorm of each pre-norm stack, named as Pegasus (and the shipped pre-norm Marian) name it."""
+    assert model.encoder_norm is not None and model.decoder_norm is not None  # pre-norm: describe() reads them
+    out = {}
+    for side, (gamma, beta) in (("encoder", model.encoder_norm), ("decoder", model.decoder_norm)):
+        out[f"model.{side}.layer_norm.weight"], out[f"model.{side}.layer_norm.bias"] = gamma[p], beta[p]
+    return out
+
+
+def pegasus_positions(model: ModelDescription, p: Tensor) -> dict[str, Tensor]:
+    """Pegasus' positional tables: Marian's halves, nmt's table with the model dimension permuted like every
+    weight (Marian computes its own and ignores missing ones)."""
+    return {f"model.{side}.embed_positions.weight": model.positions[:, p] for side in ("encoder", "decoder")}
+
+
 # ---------------------------------------------------------------- configs
 
 
 def config(model: ModelDescription) -> dict[str, Any]:
-    """config.json: MarianConfig's keys."""
-    cfg, special = model.config, model.special
+    """config.json: MarianConfig's keys, or PegasusConfig's (the same less the two vocabularies' keys)."""
+    cfg, special, kind = model.config, model.special, architecture(model)
+    vocabularies = {} if kind == "pegasus" else {"decoder_vocab_size": len(model.tgt_vocab),
+                                                  "share_encoder_decoder_embeddings": shared_embeddings(model)}
+    if kind == "nmt_prenorm_marian":  # the shipped classes, for trust_remote_code
+        vocabularies["auto_map"] = {"AutoConfig": f"{REMOTE_CODE}.NmtPreNormConfig",
+                                    "AutoModelForSeq2SeqLM": f"{REMOTE_CODE}.{CLASSES[kind]}"}
     return {
-        "architectures": ["MarianMTModel"], "model_type": "marian", "vocab_size": len(model.src_vocab),
-        "decoder_vocab_size": len(model.tgt_vocab), "d_model": cfg.d_model, "encoder_layers": cfg.encoder_layers,
+        "architectures": [CLASSES[kind]], "model_type": kind, "vocab_size": len(model.src_vocab),
+        **vocabularies, "d_model": cfg.d_model, "encoder_layers": cfg.encoder_layers,
         "decoder_layers": cfg.decoder_layers, "encoder_attention_heads": cfg.n_heads,
         "decoder_attention_heads": cfg.n_heads, "encoder_ffn_dim": cfg.d_ff, "decoder_ffn_dim": cfg.d_ff,
         "max_position_embeddings": cfg.max_positions, "activation_function": ACTIVATIONS[cfg.activation],
         "scale_embedding": cfg.scale_embedding, "dropout": cfg.dropout, "attention_dropout": cfg.attention_dropout,
         "activation_dropout": cfg.activation_dropout, "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0,
-        "init_std": 0.02, "is_encoder_decoder": True, "use_cache": True,
-        "share_encoder_decoder_embeddings": shared_embeddings(model), "tie_word_embeddings": True,
+        "init_std": 0.02, "is_encoder_decoder": True, "use_cache": True, "tie_word_embeddings": True,
         "pad_token_id": special.pad, "eos_token_id": special.eos, "forced_eos_token_id": special.eos,
         "bos_token_id": None if special.bos == special.pad else special.bos,
         "decoder_start_token_id": special.bos, "dtype": "float32",

@@ -17,11 +17,16 @@ from nmt.interop.modelspec import ModelDescription
 from nmt.rundir import RunDir
 
 
-def model_card(model: ModelDescription, generation: dict[str, Any]) -> str:
+def model_card(model: ModelDescription, generation: dict[str, Any], model_class: str = "MarianMTModel") -> str:
+    """The card of a directory whose config.json names `model_class` (nmt.interop.export.hf.CLASSES)."""
     src, tgt = model.langs
     cfg, decode = model.config, model.decode
+    family = "pegasus" if model_class.startswith("Pegasus") else "marian"  # the transformers family that runs it
+    remote = model_class == "NmtPreNormMTModel"  # the modeling file shipped beside the weights
+    norm = "pre-norm Transformer (a final LayerNorm after each stack)" if cfg.pre_norm else "post-norm Transformer"
     front = {"language": list(dict.fromkeys([src, tgt])), "license": "unknown", "library_name": "transformers",
-             "pipeline_tag": "translation", "tags": ["translation", "marian", "nmt"]}
+             "pipeline_tag": "translation",
+             "tags": ["translation", family, "nmt", *(["custom_code"] if remote else [])]}
     run = run_facts(model.source)
     vocab = (f"one joint vocabulary of {len(model.src_vocab)} entries" if model.joint
              else f"separate vocabularies ({len(model.src_vocab)} source, {len(model.tgt_vocab)} target entries)")
@@ -30,16 +35,21 @@ def model_card(model: ModelDescription, generation: dict[str, Any]) -> str:
         "---", yaml.safe_dump(front, sort_keys=False, allow_unicode=True).strip(), "---", "",
         f"# {src}-{tgt} translation ({model.source.name})", "",
         f"A Transformer translation model {origin}exported with `nmt export "
-        "--to hf` (the nmt toolkit), as a Hugging Face `MarianMTModel`.", "",
+        f"--to hf` (the nmt toolkit), as a Hugging Face `{model_class}`"
+        + {"MarianMTModel": "", "PegasusForConditionalGeneration": " (Pegasus' layers are nmt's pre-norm layers "
+           "exactly; the tokenizer is Marian's)", "NmtPreNormMTModel": " (MarianMTModel made pre-norm by "
+           "modeling_nmt_prenorm.py, shipped here: load it with `trust_remote_code=True`)"}[model_class] + ".", "",
         "## How to use", "", "```python",
-        "from transformers import MarianMTModel, MarianTokenizer", "",
+        "from transformers import AutoModelForSeq2SeqLM, MarianTokenizer" if remote
+        else f"from transformers import {model_class}, MarianTokenizer", "",
         'path = "."  # this directory, or its hub repo id',
         "tokenizer = MarianTokenizer.from_pretrained(path)",
-        "model = MarianMTModel.from_pretrained(path)",
+        "model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)" if remote
+        else f"model = {model_class}.from_pretrained(path)",
         f'batch = tokenizer(["{example(src)}"], return_tensors="pt", padding=True)',
         "print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))", "```", "",
         "## Model", "",
-        f"- post-norm Transformer, {cfg.encoder_layers} encoder and {cfg.decoder_layers} decoder layers, d_model "
+        f"- {norm}, {cfg.encoder_layers} encoder and {cfg.decoder_layers} decoder layers, d_model "
         f"{cfg.d_model}, {cfg.n_heads} heads, feed-forward {cfg.d_ff} ({cfg.activation}), sinusoidal positions, "
         f"embeddings {'scaled by sqrt(d_model)' if cfg.scale_embedding else 'unscaled'}",
         f"- SentencePiece tokenization (source.spm, target.spm), {vocab}",
