@@ -40,8 +40,9 @@ LOGPROB_TOLERANCE = 1e-3
 # |BLEU(CT2 int8, beam 4) - BLEU(nmt fp32, beam 4)| on the 100 lines. Measured: tiny -4.4, prenorm +0.8,
 # separate -3.4, marian +1.3 (nmt's own `--quantize int8`: -0.5..+0.5). CTranslate2 int8 quantizes every weight
 # matrix, embeddings included, per row and the activations per row too; on these d_model 32-128 models with
-# 100-line BLEU that costs a few points (a compute_type float32 load of the same weights gives fp32 results).
-INT8_BLEU_DELTA = 6.0
+# 100-line BLEU that costs a few points (a compute_type float32 load of the same weights gives fp32 results). Its
+# int8 kernels differ by CPU: on a 2-core AMD EPYC the same models gave tiny -4.4, prenorm +2.9, separate -6.8.
+INT8_BLEU_DELTA = 8.0
 
 
 @dataclasses.dataclass
