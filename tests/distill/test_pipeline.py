@@ -1,0 +1,196 @@
+"""`nmt distill` end to end on a tiny corpus: the chain through the command line and `nmt info`, a teacher given as
+a file of translations, resuming after a kill between stages and inside the teacher's translation (the finished
+chunks are not redone, the result is an uninterrupted run's), and the one-line errors of bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nmt.config.experiment import load_config
+from nmt.distill import pipeline
+from nmt.distill.state import STAGES
+from nmt.errors import NmtError
+from nmt.score import score
+from nmt.translation.translator import Translator
+from tests.helpers.cli import run_cli
+from tests.helpers.distilling import distill_config, distill_overrides
+from tests.helpers.paths import DEMO_MODEL
+
+
+def read(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def test_the_chain_through_the_command_line(raw, tmp_path):
+    pipe = tmp_path / "pipe"
+    sets = [a for o in distill_overrides(raw, pipe) for a in ("--set", o)]
+    result = run_cli("distill", *sets)
+    assert result.exit_code == 0, result.stderr
+    record = json.loads((pipe / "pipeline.json").read_text())
+    assert [record["stages"][s]["state"] for s in STAGES] == ["done"] * 5
+    figures = {s: record["stages"][s]["figures"] for s in STAGES}
+    assert figures["clean"]["read"] == 120 and figures["teacher"]["lines"] == figures["clean"]["kept"]
+    assert figures["teacher"]["chunks"] == -(-figures["clean"]["kept"] // 40)
+    assert figures["student"]["updates"] == 8
+    # the scores are nmt score's on the files the stage wrote
+    refs = read(Path(raw["test"] + ".de"))
+    for who in ("teacher", "student"):
+        hyps = read(pipe / "score" / f"test.{who}.de")
+        assert len(hyps) == 20
+        assert figures["score"][who]["bleu"] == round(score(hyps, [refs], metrics=("bleu",))["bleu"]["score"], 2)
+    assert figures["score"]["teacher"]["parameters"] > figures["score"]["student"]["parameters"]
+    assert "teacher: BLEU" in result.stderr and "student: BLEU" in result.stderr
+
+    info = run_cli("info", pipe)
+    assert info.exit_code == 0 and all(s in info.stdout for s in STAGES) and "teacher BLEU" in info.stdout
+    described = json.loads(run_cli("info", pipe, "--json").stdout)
+    assert described["type"] == "pipeline" and described["stages"]["score"]["figures"] == figures["score"]
+
+    again = run_cli("distill", *sets)  # a finished pipeline: every stage skipped
+    assert again.exit_code == 0 and again.stderr.count("done by an earlier run") == 5
+
+
+def test_a_teacher_given_as_a_file_of_translations(raw, tmp_path):
+    corpus = read(Path(raw["train"] + ".de"))
+    given = tmp_path / "llm.de"  # "another system": the references, upper-cased
+    given.write_text("".join(line.upper() + "\n" for line in corpus), encoding="utf-8")
+    test_given = tmp_path / "llm-test.de"
+    test_refs = read(Path(raw["test"] + ".de"))
+    test_given.write_text("".join(line.upper() + "\n" for line in test_refs), encoding="utf-8")
+    cfg = distill_config(raw, tmp_path / "pipe", "distill.teacher=null", f"distill.teacher_translations={given}",
+                         f"distill.teacher_test_translations={test_given}")
+    record = pipeline.run(cfg, progress=False)
+    kept = [int(n) for n in read(tmp_path / "pipe" / "clean" / "lines.txt")]
+    assert read(tmp_path / "pipe" / "teacher" / "train.de") == [corpus[n - 1].upper() for n in kept]
+    assert read(tmp_path / "pipe" / "distilled" / "train.de") == [corpus[n - 1].upper() for n in kept]
+    teacher = record["stages"]["score"]["figures"]["teacher"]
+    expected = score([line.upper() for line in test_refs], [test_refs], metrics=("bleu",))["bleu"]["score"]
+    assert teacher["bleu"] == round(expected, 2)
+
+
+def test_wrong_line_count_of_a_translations_file(raw, tmp_path):
+    given = tmp_path / "short.de"
+    given.write_text("eins\nzwei\n", encoding="utf-8")
+    cfg = distill_config(raw, tmp_path / "pipe", "distill.teacher=null", f"distill.teacher_translations={given}")
+    with pytest.raises(NmtError, match=r"short.de has 2 lines but the corpus data.train .* has 120: it must hold"):
+        pipeline.run(cfg, progress=False)
+    assert not (tmp_path / "pipe").exists()  # refused before any stage
+
+
+def test_references_are_mixed_in_the_stated_share(raw, tmp_path):
+    record = pipeline.run(distill_config(raw, tmp_path / "pipe", "distill.references=0.5"), progress=False)
+    data = record["stages"]["data"]["figures"]
+    kept = record["stages"]["clean"]["figures"]["kept"]
+    picked = data["reference_pairs"] + data["references_as_teacher"]  # a reference equal to the teacher's: once
+    assert data["teacher_pairs"] == kept and 0.35 * kept < picked < 0.65 * kept
+    refs, hyps = (read(tmp_path / "pipe" / f) for f in ("clean/train.de", "teacher/train.de"))
+    assert data["reference_pairs"] <= sum(r != h for r, h in zip(refs, hyps))
+    assert len(read(tmp_path / "pipe" / "distilled" / "train.en")) == kept + data["reference_pairs"]
+
+
+class Killed(Exception):
+    """What a test raises to stop a run where a kill would."""
+
+
+def test_a_kill_between_stages_resumes_at_the_unfinished_stage(raw, tmp_path, monkeypatch):
+    cfg = distill_config(raw, tmp_path / "pipe")
+
+    def killed(*args):
+        raise Killed
+
+    monkeypatch.setitem(pipeline.RUNNERS, "data", killed)
+    with pytest.raises(Killed):
+        pipeline.run(cfg, progress=False)
+    record = json.loads((tmp_path / "pipe" / "pipeline.json").read_text())
+    assert [record["stages"][s]["state"] for s in STAGES] == ["done", "done", "running", "pending", "pending"]
+    monkeypatch.undo()
+    ran = []
+    for name, runner in list(pipeline.RUNNERS.items()):
+        monkeypatch.setitem(pipeline.RUNNERS, name, lambda *a, _n=name, _r=runner: ran.append(_n) or _r(*a))
+    record = pipeline.run(load_config(None, distill_overrides(raw, tmp_path / "pipe")), progress=False)
+    assert ran == ["data", "student", "score"]
+    assert record["stages"]["data"]["resumed"] is True and record["stages"]["student"]["resumed"] is False
+
+
+def test_a_kill_inside_the_teacher_resumes_at_the_next_chunk_with_the_same_result(raw, tmp_path, monkeypatch):
+    whole = pipeline.run(distill_config(raw, tmp_path / "whole"), progress=False)
+    real = Translator.translate_chunk
+    calls = []
+
+    def dies_after_one_chunk(self, lines, **kwargs):
+        if calls:
+            raise Killed
+        calls.append(len(lines))
+        return real(self, lines, **kwargs)
+
+    monkeypatch.setattr(Translator, "translate_chunk", dies_after_one_chunk)
+    cfg = distill_config(raw, tmp_path / "pipe")
+    with pytest.raises(Killed):
+        pipeline.run(cfg, progress=False)
+    record = json.loads((tmp_path / "pipe" / "pipeline.json").read_text())
+    assert record["stages"]["teacher"]["state"] == "running"
+    assert record["stages"]["teacher"]["figures"]["chunks_done"] == 1
+    chunks = sorted((tmp_path / "pipe" / "teacher" / "chunks").iterdir())
+    assert [c.name for c in chunks] == ["000000.de"]  # no half-written second chunk either
+    first = chunks[0].stat()
+
+    translated: list[int] = []
+
+    def counting(self, lines, **kwargs):
+        translated.append(len(lines))
+        return real(self, lines, **kwargs)
+
+    monkeypatch.setattr(Translator, "translate_chunk", counting)
+    resumed = pipeline.run(distill_config(raw, tmp_path / "pipe"), progress=False)
+    n_chunks = whole["stages"]["teacher"]["figures"]["chunks"]
+    assert len(translated) == n_chunks - 1 + 2  # the other chunks, then the test set for teacher and student
+    assert (chunks[0].stat().st_ino, chunks[0].stat().st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
+    assert resumed["stages"]["teacher"]["figures"]["chunks_resumed"] == 1
+    for name in ("teacher/train.de", "distilled/train.de", "score/test.student.de"):
+        assert read(tmp_path / "pipe" / name) == read(tmp_path / "whole" / name), name
+    assert resumed["stages"]["score"]["figures"]["student"]["bleu"] == \
+        whole["stages"]["score"]["figures"]["student"]["bleu"]
+
+
+def test_a_teacher_of_another_language_pair(raw, tmp_path):
+    cfg = distill_config(raw, tmp_path / "pipe", "data.src_lang=de", "data.tgt_lang=en")
+    with pytest.raises(NmtError, match=r"translates en->de but the corpus is de->en \(data.src_lang/data.tgt_lang\)"):
+        pipeline.run(cfg, progress=False)
+
+
+def test_no_teacher_and_no_corpus(raw, tmp_path):
+    with pytest.raises(NmtError, match="no teacher: set distill.teacher"):
+        pipeline.run(distill_config(raw, tmp_path / "pipe", "distill.teacher=null"), progress=False)
+    with pytest.raises(NmtError, match="no corpus: data.train is not set"):
+        pipeline.run(distill_config(raw, tmp_path / "pipe", "data.train=null"), progress=False)
+
+
+def test_a_student_larger_than_the_teacher_is_warned(raw, tmp_path, capsys):
+    pipeline.preflight(distill_config(raw, tmp_path / "pipe", "model.d_model=128", "model.d_ff=512"))
+    assert "warning: the student" in capsys.readouterr().err
+    pipeline.preflight(distill_config(raw, tmp_path / "pipe"))
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_other_settings_in_the_same_pipeline_dir_are_refused_then_forced(raw, tmp_path, monkeypatch):
+    monkeypatch.setitem(pipeline.RUNNERS, "teacher", lambda *a: (_ for _ in ()).throw(Killed()))
+    with pytest.raises(Killed):
+        pipeline.run(distill_config(raw, tmp_path / "pipe"), progress=False)
+    other = distill_config(raw, tmp_path / "pipe", "distill.copies=false")
+    with pytest.raises(NmtError, match=r"was made with other settings \(distill.copies: True vs False\); use --force"):
+        pipeline.run(other, progress=False)
+    with pytest.raises(Killed):  # --force: started over, clean redone with the new settings
+        pipeline.run(other, force=True, progress=False)
+    record = json.loads((tmp_path / "pipe" / "pipeline.json").read_text())
+    assert record["settings"]["distill"]["copies"] is False and record["stages"]["clean"]["state"] == "done"
+
+
+def test_bad_input_is_one_error_line_on_the_command_line(raw, tmp_path):
+    sets = [a for o in distill_overrides(raw, tmp_path / "pipe", "data.tgt_lang=fr") for a in ("--set", o)]
+    result = run_cli("distill", *sets)
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: the teacher {DEMO_MODEL} translates en->de but the corpus is en->fr (data.src_lang/data.tgt_lang)"]
