@@ -17,7 +17,7 @@ from nmt.score import score
 from nmt.translation.translator import Translator
 from tests.helpers.cli import run_cli
 from tests.helpers.distilling import distill_config, distill_overrides
-from tests.helpers.paths import DEMO_MODEL
+from tests.helpers.paths import DEMO_MODEL, MARIAN_MODEL
 
 
 def read(path: Path) -> list[str]:
@@ -194,3 +194,16 @@ def test_bad_input_is_one_error_line_on_the_command_line(raw, tmp_path):
     assert result.exit_code == 1
     assert result.stderr.strip().splitlines() == [
         f"error: the teacher {DEMO_MODEL} translates en->de but the corpus is en->fr (data.src_lang/data.tgt_lang)"]
+
+
+def test_an_imported_marian_teacher_translates_as_nmt_translate_does(raw, tmp_path, monkeypatch):
+    from nmt.interop.marian import import_model
+
+    imported = tmp_path / "marian.pt"
+    import_model(str(MARIAN_MODEL), imported)
+    monkeypatch.setitem(pipeline.RUNNERS, "data", lambda *a: (_ for _ in ()).throw(Killed()))
+    with pytest.raises(Killed):
+        pipeline.run(distill_config(raw, tmp_path / "pipe", f"distill.teacher={imported}"), progress=False)
+    sources = read(tmp_path / "pipe" / "clean" / "train.en")
+    expected = [r.text[0] for r in Translator.load(imported).translate_chunk(sources)]  # its own search settings
+    assert read(tmp_path / "pipe" / "teacher" / "train.de") == expected
