@@ -57,15 +57,18 @@ def figures_line(name: str, f: dict[str, Any]) -> str:
         return f"chunks {f.get('chunks_done', 0)}/{f.get('chunks', '?')}" + \
             (f", {f['lines']:,} lines" if "lines" in f else "") + rate
     if name == "data":
+        dropped = ", ".join(f"{k} {v:,}" for k, v in (f.get("filters") or {}).items()
+                            if k not in ("read", "kept") and v)
         return (f"{f['pairs']:,} training pairs ({f['teacher_pairs']:,} teacher + {f['reference_pairs']:,} "
-                f"references before prepare), vocabulary {f['vocab_size']:,}")
+                f"references{'; prepare dropped ' + dropped if dropped else ''}), vocabulary {f['vocab_size']:,}")
     if name == "student":
         best = f", best valid {f['best']:.2f}" if isinstance(f.get("best"), (int, float)) else ""
         return f"{f['updates']:,} updates ({f['stopped']}){best}, {f['parameters']:,} parameters"
     if name == "score":
         if "skipped" in f:
             return f"skipped: {f['skipped']}"
-        parts = [f"{who} BLEU {f[who]['bleu']:.2f} chrF {f[who]['chrf']:.2f}" for who in ("teacher", "student")
-                 if who in f]
+        parts = [f"{who} BLEU {f[who]['bleu']:.2f} chrF {f[who]['chrf']:.2f}"
+                 + (f" ({f[who]['translate_s']:.1f} s)" if "translate_s" in f[who] else "")
+                 for who in ("teacher", "student") if who in f]
         return f"{f['lines']:,} test lines: " + "; ".join(parts)
     return json.dumps(f)

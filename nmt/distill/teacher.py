@@ -83,6 +83,8 @@ def translate(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
                 seconds += time.monotonic() - started
                 translated += len(chunk)
                 pipe.progress("teacher", chunks_done=k + 1, chunks=n_chunks)
+                if not progress:  # a log (no bar) still says how far a long translation is
+                    console.print(f"teacher: chunk {k + 1}/{n_chunks} written ({translated / seconds:,.0f} lines/s)")
             bar.update(task, completed=min((k + 1) * size, total))
     if done_before:
         console.print(f"teacher: {done_before} of {n_chunks} chunks were translated by an earlier run")
