@@ -235,7 +235,7 @@ def distill(
         help="The teacher: an nmt checkpoint or run dir, or an imported OPUS-MT checkpoint (distill.teacher).")
     ] = None,
     force: Annotated[bool, typer.Option(
-        help="Start over in a pipeline dir made with other settings (deletes its stages).")] = False,
+        help="Go on in a pipeline dir made with other settings: the stages they change are redone.")] = False,
     progress: Annotated[bool | None, typer.Option(
         "--progress/--no-progress", help="Progress bars (default: when stderr is a terminal).")] = None,
 ) -> None:

@@ -49,16 +49,35 @@ def read_record(path: Path) -> dict[str, Any]:
     return record
 
 
-def differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
-    """The keys whose values differ between two nested settings dicts, as `section.key: old vs new`."""
+def differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(section.key, old value, new value) of each key whose value differs between two nested settings dicts."""
     out = []
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
             out += differences(a, b, f"{prefix}{key}.")
         elif a != b:
-            out.append(f"{prefix}{key}: {a!r} vs {b!r}")
+            out.append((f"{prefix}{key}", a, b))
     return out
+
+
+# The first stage each setting changes the output of (the later stages follow from it); a key not named here changes
+# the student's data (the vocabulary, valid/test, the references share) and a model key only the student
+FIRST_AFFECTED = {
+    **dict.fromkeys(("data.train", "data.src_lang", "data.tgt_lang", "data.normalize", "data.hf_config",
+                     "data.hf_train_split", "data.src_column", "data.tgt_column", "distill.max_chars",
+                     "distill.max_ratio", "distill.dedup", "distill.copies", "distill.digits", "distill.script_share",
+                     "distill.langid_min_prob"), "clean"),
+    **dict.fromkeys(("distill.teacher", "distill.teacher_translations", "distill.teacher_beam",
+                     "distill.chunk_lines"), "teacher"),
+    "distill.teacher_test_translations": "score",
+}
+FOLDERS = {"clean": ["clean"], "teacher": ["teacher"], "data": ["distilled", "data"], "student": ["student"],
+           "score": ["score"]}
+
+
+def first_affected(key: str) -> str:
+    return FIRST_AFFECTED.get(key, "student" if key.startswith("model.") else "data")
 
 
 class Pipeline:
@@ -76,26 +95,30 @@ class Pipeline:
             raise
 
     def _open(self, settings: dict[str, Any], force: bool) -> dict[str, Any]:
-        if is_pipeline_dir(self.path):
-            record = read_record(self.path)
-            diffs = differences(record.get("settings") or {}, settings)
-            if not diffs:
-                return record
-            if not force:
-                raise NmtError(f"pipeline dir {self.path} was made with other settings ({diffs[0]}"
-                               f"{f' and {len(diffs) - 1} more' if len(diffs) > 1 else ''}); use --force to start "
-                               "over or choose another distill.dir")
-            self.clear()
-        record = {"version": VERSION, "settings": settings,
-                  "stages": {name: {"state": "pending", "figures": {}} for name in STAGES}}
+        """The record of this dir, or a new one. Other settings than the record's are refused unless `force`, which
+        redoes the stages from the first one they change (a new student keeps the teacher's translations)."""
+        if not is_pipeline_dir(self.path):
+            record = {"version": VERSION, "settings": settings,
+                      "stages": {name: {"state": "pending", "figures": {}} for name in STAGES}}
+            self._save(record)
+            return record
+        record = read_record(self.path)
+        diffs = differences(record.get("settings") or {}, settings)
+        if not diffs:
+            return record
+        start = min((first_affected(key) for key, _, _ in diffs), key=STAGES.index)
+        if not force:
+            key, old, new = diffs[0]
+            more = f" and {len(diffs) - 1} more" if len(diffs) > 1 else ""
+            raise NmtError(f"pipeline dir {self.path} was made with other settings ({key}: {old!r} vs {new!r}{more}); "
+                           f"use --force to redo it from the {start} stage on, or choose another distill.dir")
+        for name in STAGES[STAGES.index(start):]:
+            for folder in FOLDERS[name]:
+                shutil.rmtree(self.path / folder, ignore_errors=True)
+            record["stages"][name] = {"state": "pending", "figures": {}}
+        record["settings"] = settings
         self._save(record)
         return record
-
-    def clear(self) -> None:
-        """Remove every stage's output and the record (--force); the lock stays."""
-        for name in (*STAGES, "distilled"):
-            shutil.rmtree(self.path / name, ignore_errors=True)
-        (self.path / PIPELINE_FILE).unlink(missing_ok=True)
 
     def release(self) -> None:
         self.lock.release()

@@ -180,12 +180,29 @@ def test_other_settings_in_the_same_pipeline_dir_are_refused_then_forced(raw, tm
     with pytest.raises(Killed):
         pipeline.run(distill_config(raw, tmp_path / "pipe"), progress=False)
     other = distill_config(raw, tmp_path / "pipe", "distill.copies=false")
-    with pytest.raises(NmtError, match=r"was made with other settings \(distill.copies: True vs False\); use --force"):
+    with pytest.raises(NmtError, match=r"was made with other settings \(distill.copies: True vs False\); use --force "
+                                       r"to redo it from the clean stage on"):
         pipeline.run(other, progress=False)
-    with pytest.raises(Killed):  # --force: started over, clean redone with the new settings
+    with pytest.raises(Killed):  # --force: clean redone with the new settings
         pipeline.run(other, force=True, progress=False)
     record = json.loads((tmp_path / "pipe" / "pipeline.json").read_text())
     assert record["settings"]["distill"]["copies"] is False and record["stages"]["clean"]["state"] == "done"
+
+
+def test_a_new_student_keeps_the_teachers_translations(raw, tmp_path, monkeypatch):
+    monkeypatch.setitem(pipeline.RUNNERS, "student", lambda *a: (_ for _ in ()).throw(Killed()))
+    with pytest.raises(Killed):
+        pipeline.run(distill_config(raw, tmp_path / "pipe"), progress=False)
+    teacher_output = (tmp_path / "pipe" / "teacher" / "train.de").stat()
+    ran = []
+    for name in STAGES:
+        monkeypatch.setitem(pipeline.RUNNERS, name, lambda *a, _n=name: ran.append(_n) or {})
+    deeper = distill_config(raw, tmp_path / "pipe", "model.encoder_layers=3")
+    with pytest.raises(NmtError, match=r"\(model.encoder_layers: 2 vs 3\); use --force to redo it from the student"):
+        pipeline.run(deeper, progress=False)
+    pipeline.run(deeper, force=True, progress=False)
+    assert ran == ["student", "score"]
+    assert (tmp_path / "pipe" / "teacher" / "train.de").stat().st_mtime_ns == teacher_output.st_mtime_ns
 
 
 def test_bad_input_is_one_error_line_on_the_command_line(raw, tmp_path):
@@ -207,3 +224,37 @@ def test_an_imported_marian_teacher_translates_as_nmt_translate_does(raw, tmp_pa
     sources = read(tmp_path / "pipe" / "clean" / "train.en")
     expected = [r.text[0] for r in Translator.load(imported).translate_chunk(sources)]  # its own search settings
     assert read(tmp_path / "pipe" / "teacher" / "train.de") == expected
+
+
+def test_a_full_disk_inside_the_teacher_is_one_line_and_loses_nothing(raw, tmp_path, monkeypatch):
+    from nmt.distill import teacher
+    from nmt.io import atomic_write
+
+    real = teacher.atomic_write_text
+
+    def disk_full_at_the_second_chunk(path, text):
+        if Path(path).name != "000001.de":
+            return real(path, text)
+
+        def write(f):
+            f.write(text[:10].encode())  # part of the chunk reached the disk, then it was full
+            raise OSError(28, "No space left on device")
+
+        return atomic_write(path, write)
+
+    monkeypatch.setattr(teacher, "atomic_write_text", disk_full_at_the_second_chunk)
+    pipe = tmp_path / "pipe"
+    sets = [a for o in distill_overrides(raw, pipe) for a in ("--set", o)]
+    result = run_cli("distill", *sets)
+    assert result.exit_code == 1
+    chunks = pipe / "teacher" / "chunks"
+    assert result.stderr.strip().splitlines()[-1] == \
+        f"error: no space left on device while writing {chunks / '000001.de'}; previous files are intact"
+    assert sorted(p.name for p in chunks.iterdir()) == ["000000.de"]  # no half chunk, no temp file
+    monkeypatch.undo()  # space again: the rerun goes on at the second chunk
+    monkeypatch.setitem(pipeline.RUNNERS, "data", lambda *a: (_ for _ in ()).throw(Killed()))
+    with pytest.raises(Killed):
+        pipeline.run(distill_config(raw, pipe), progress=False)
+    record = json.loads((pipe / "pipeline.json").read_text())
+    assert record["stages"]["teacher"]["figures"]["chunks_resumed"] == 1
+    assert len(read(pipe / "teacher" / "train.de")) == record["stages"]["clean"]["figures"]["kept"]
