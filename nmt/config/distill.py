@@ -34,7 +34,8 @@ class DistillConfig:
     max_ratio: float = 3.0
     dedup: bool = True  # exact repeats of a (source, target) pair
     copies: bool = True  # the target is the source again (case and spacing aside): untranslated text
-    digits: bool = True  # the numbers differ between the sides (digit groups as a multiset: 3,5 and 3.5 agree)
+    # both sides write numbers in digits, and not the same ones (separators aside: 1,000.5 = 1.000,5; 2.00 = 2)
+    digits: bool = True
     # letters in the script of the side's language (Latin for most, Cyrillic for ru/uk/bg..., Han/kana for zh/ja),
     # as a share of the side's letters, at least this (0 = off)
     script_share: float = 0.5

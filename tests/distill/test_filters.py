@@ -54,7 +54,11 @@ def test_filters_can_be_turned_off():
 
 def test_numbers_and_scripts():
     assert numbers("It costs 1,000.50 at 10:30") == numbers("Es kostet 1.000,50 um 10.30") == ["100050", "1030"]
-    assert numbers("three") == []
+    assert numbers("three") == [] and numbers("for 2.00 euros") == numbers("für 2 Euro") == ["2"]
+    assert numbers("1,000 people") == ["1000"]
+    keep = Cleaner(DistillConfig(langid_min_prob=0), "en", "de")
+    assert keep.keep(1, "A man with five buckets.", "Ein Mann mit 5 Eimern.")  # one side spells the number
+    assert not keep.keep(2, "A man with 4 buckets.", "Ein Mann mit 5 Eimern.")
     assert script_share("Привет, Bob", {"CYRILLIC"}) == pytest.approx(6 / 9)
     assert script_share("42 !", {"LATIN"}) is None  # no letters: nothing to judge
 
