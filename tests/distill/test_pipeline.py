@@ -1,6 +1,8 @@
 """`nmt distill` end to end on a tiny corpus: the chain through the command line and `nmt info`, a teacher given as
-a file of translations, resuming after a kill between stages and inside the teacher's translation (the finished
-chunks are not redone, the result is an uninterrupted run's), and the one-line errors of bad input."""
+a file of translations or imported from Marian, resuming after a kill between stages, inside the teacher's
+translation (the finished chunks are not redone) and inside the student's training (at the checkpoint's update) with
+an uninterrupted run's result, a full disk, --force redoing only what changed, and the one-line errors of bad
+input."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ from nmt.config.experiment import load_config
 from nmt.distill import pipeline
 from nmt.distill.state import STAGES
 from nmt.errors import NmtError
+from nmt.rundir import read_metrics
 from nmt.score import score
+from nmt.train.loop import Trainer
 from nmt.translation.translator import Translator
 from tests.helpers.cli import run_cli
 from tests.helpers.distilling import distill_config, distill_overrides
@@ -115,7 +119,7 @@ def test_a_kill_between_stages_resumes_at_the_unfinished_stage(raw, tmp_path, mo
     assert record["stages"]["data"]["resumed"] is True and record["stages"]["student"]["resumed"] is False
 
 
-def test_a_kill_inside_the_teacher_resumes_at_the_next_chunk_with_the_same_result(raw, tmp_path, monkeypatch):
+def test_kills_inside_the_teacher_and_the_training_resume_where_they_stopped(raw, tmp_path, monkeypatch):
     whole = pipeline.run(distill_config(raw, tmp_path / "whole"), progress=False)
     real = Translator.translate_chunk
     calls = []
@@ -144,7 +148,23 @@ def test_a_kill_inside_the_teacher_resumes_at_the_next_chunk_with_the_same_resul
         return real(self, lines, **kwargs)
 
     monkeypatch.setattr(Translator, "translate_chunk", counting)
+    real_update = Trainer.update
+
+    def dies_at_update_6(self, group):  # after the checkpoint of update 4 (train.save_every=4)
+        if self.counters.step == 5:
+            raise Killed
+        return real_update(self, group)
+
+    monkeypatch.setattr(Trainer, "update", dies_at_update_6)
+    with pytest.raises(Killed):  # killed again, inside the student's training this time
+        pipeline.run(distill_config(raw, tmp_path / "pipe"), progress=False)
+    updates = []
+    monkeypatch.setattr(Trainer, "update", lambda self, group: updates.append(1) or real_update(self, group))
     resumed = pipeline.run(distill_config(raw, tmp_path / "pipe"), progress=False)
+    assert resumed["stages"]["student"]["resumed"] is True
+    assert len(updates) == 4  # updates 5 to 8: from the checkpoint of update 4
+    steps = [r["step"] for r in read_metrics(tmp_path / "pipe" / "student" / "metrics.jsonl") if r["type"] == "train"]
+    assert steps == [4, 8]
     n_chunks = whole["stages"]["teacher"]["figures"]["chunks"]
     assert len(translated) == n_chunks - 1 + 2  # the other chunks, then the test set for teacher and student
     assert (chunks[0].stat().st_ino, chunks[0].stat().st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
