@@ -87,7 +87,7 @@ class Pipeline:
         self.path = Path(path)
         if self.path.exists() and not self.path.is_dir():
             raise NmtError(f"distill.dir {self.path} exists and is not a directory")
-        self.lock = RunLock(self.path)
+        self.lock = RunLock(self.path, "pipeline dir {} is in use by another `nmt distill`")
         try:
             self.record = self._open(settings, force)
         except BaseException:

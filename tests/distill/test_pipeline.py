@@ -278,3 +278,16 @@ def test_a_full_disk_inside_the_teacher_is_one_line_and_loses_nothing(raw, tmp_p
     record = json.loads((pipe / "pipeline.json").read_text())
     assert record["stages"]["teacher"]["figures"]["chunks_resumed"] == 1
     assert len(read(pipe / "teacher" / "train.de")) == record["stages"]["clean"]["figures"]["kept"]
+
+
+def test_two_runs_in_one_pipeline_dir(raw, tmp_path):
+    from nmt.distill.pipeline import settings
+    from nmt.distill.state import Pipeline
+
+    cfg = distill_config(raw, tmp_path / "pipe")
+    first = Pipeline(cfg.distill.dir, settings(cfg))
+    try:
+        with pytest.raises(NmtError, match=r"pipeline dir .*pipe is in use by another `nmt distill` \(pid \d+\)"):
+            pipeline.run(cfg, progress=False)
+    finally:
+        first.release()
