@@ -8,7 +8,7 @@ TRAIN_ARGS ?=
 # one stamp per Python environment: a new venv installs everything again, even in a tree that had one
 STAMP := .install.$(shell $(PYTHON) -c "import hashlib, sys; print(hashlib.sha1(sys.prefix.encode()).hexdigest()[:8])").stamp
 
-.PHONY: install libretranslate demo demo-zh test lint bench-prepare bench-train bench-translate gpu multi30k clean
+.PHONY: install libretranslate demo demo-zh demo-distill test lint bench-prepare bench-train bench-translate gpu multi30k clean
 
 # torch first, pinned to the CPU wheel when missing, so pip never pulls a multi-GB CUDA build;
 # a GPU user installs their own torch beforehand and it is kept.
@@ -50,6 +50,16 @@ demo-zh: $(STAMP)
 	$(PYTHON) -m nmt score --ref data/demo-zh/test.zh --hyp runs/tiny-zh/test.hyp.zh
 	@echo "--- a few demo translations:"
 	@head -n 5 data/demo-zh/test.en | $(PYTHON) -m nmt translate --config configs/tiny-zh.yaml
+
+# Distillation on the demo corpus: the committed demo model (2+2 layers) as the teacher, a 3+1-layer student
+# (configs/distill-demo.yaml); clean -> teacher -> data -> student -> score in runs/distill-demo, then its stages.
+# TEACHER=runs/tiny distils the model `make demo` trains instead.
+TEACHER ?= tests/fixtures/demo-model.pt
+demo-distill: $(STAMP)
+	$(PYTHON) -m nmt prepare --config configs/tiny.yaml --demo
+	@t=$$(date +%s); $(PYTHON) -m nmt distill --config configs/distill-demo.yaml --teacher $(TEACHER) \
+	  && echo "[time] distill: $$(( $$(date +%s) - t )) s"
+	$(PYTHON) -m nmt info runs/distill-demo
 
 test: $(STAMP)
 	$(PYTHON) -m pytest
@@ -94,4 +104,4 @@ multi30k: $(STAMP)
 	$(PYTHON) -m nmt score --ref $(MULTI30K)/test2016.$(TGT) --hyp $(M30_RUN)/test2016.hyp.$(TGT) --metrics bleu,chrf
 
 clean:
-	rm -rf data/demo data/demo-raw runs/tiny data/demo-zh data/demo-zh-raw runs/tiny-zh .install.*stamp
+	rm -rf data/demo data/demo-raw runs/tiny runs/distill-demo data/demo-zh data/demo-zh-raw runs/tiny-zh .install.*stamp

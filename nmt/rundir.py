@@ -39,7 +39,7 @@ RUNS_ROOT = Path("runs")  # where `nmt translate` with neither --checkpoint nor 
 class RunLock:
     """An exclusive lock on the run dir so two trainings never write the same checkpoints."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, holder: str = "run dir {} is in use by another `nmt train`"):
         run_dir.mkdir(parents=True, exist_ok=True)
         self.file = open(run_dir / ".lock", "a+")  # noqa: SIM115 - held for the whole run
         try:
@@ -48,7 +48,7 @@ class RunLock:
             self.file.seek(0)
             owner = self.file.read().strip() or "?"
             self.file.close()
-            raise NmtError(f"run dir {run_dir} is in use by another `nmt train` (pid {owner})") from None
+            raise NmtError(f"{holder.format(run_dir)} (pid {owner})") from None
         self.file.seek(0)
         self.file.truncate()
         self.file.write(str(os.getpid()))

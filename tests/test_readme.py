@@ -31,7 +31,7 @@ MIN_COMMANDS = {
     "README.md": 20, "README.zh-CN.md": 8,
     "docs/prepare.md": 4, "docs/train.md": 4, "docs/translate.md": 6, "docs/documents.md": 4, "docs/glossary.md": 2,
     "docs/score.md": 3, "docs/learn.md": 6, "docs/info.md": 3, "docs/serve.md": 4, "docs/import.md": 9,
-    "docs/export.md": 4,
+    "docs/export.md": 4, "docs/distill.md": 4,
 }
 MIN_DOCS_COMMANDS = 49
 MIN_DOCS_MAKE_TARGETS = 17

@@ -26,7 +26,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 ConfigOpt = Annotated[
     Path | None,
     typer.Option("--config", "-c",
-                 help="YAML config (sections data/model/train/decode/serve); defaults apply without it."),
+                 help="YAML config (sections data/model/train/decode/serve/distill); defaults apply without it."),
 ]
 SetOpt = Annotated[
     list[str] | None,

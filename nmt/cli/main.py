@@ -224,8 +224,39 @@ def serve(
     run(load_options_config(config, settings), opts)
 
 
+@app.command()
+@user_errors
+def distill(
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    pipeline_dir: Annotated[str | None, typer.Option(
+        "--dir", help="The pipeline dir: pipeline.json and one folder per stage (distill.dir).")] = None,
+    teacher: Annotated[str | None, typer.Option(
+        help="The teacher: an nmt checkpoint or run dir, or an imported OPUS-MT checkpoint (distill.teacher).")
+    ] = None,
+    force: Annotated[bool, typer.Option(
+        help="Go on in a pipeline dir made with other settings: the stages they change are redone.")] = False,
+    progress: Annotated[bool | None, typer.Option(
+        "--progress/--no-progress", help="Progress bars (default: when stderr is a terminal).")] = None,
+) -> None:
+    """Distil a big teacher into a small student: clean the corpus (data.train) with evidence, translate it with the
+    teacher (or take distill.teacher_translations), prepare and train the student (the config's model and train
+    sections) on the teacher's output, score teacher and student on data.test.
+
+    Each stage is recorded in DIR/pipeline.json; a rerun skips the finished stages and resumes the unfinished one
+    (the teacher at its next chunk, training at its newest checkpoint). `nmt info DIR` shows the stages. Keys:
+    --set distill.KEY=VALUE (see nmt/config/distill.py and docs/distill.md).
+    """
+    from nmt.distill.pipeline import run
+
+    cfg = load_options_config(config, settings_of(overrides, **{"distill.dir": pipeline_dir,
+                                                                "distill.teacher": teacher}))
+    run(cfg, force=force, progress=progress)
+
+
 # `nmt --help` lists the pipeline, then the commands around a trained model, then serving
-ORDER = ("prepare", "train", "translate", "average", "score", "plot", "info", "import", "export", "explain", "serve")
+ORDER = ("prepare", "train", "translate", "average", "score", "plot", "info", "import", "export", "distill",
+         "explain", "serve")
 app.registered_commands.sort(key=lambda c: ORDER.index(c.name or c.callback.__name__))
 
 

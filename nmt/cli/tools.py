@@ -100,14 +100,17 @@ def plot(
 @app.command()
 @user_errors
 def info(
-    path: Annotated[Path, typer.Argument(metavar="PATH", help="A checkpoint (.pt), a run dir or a prepared data dir.")],
+    path: Annotated[Path, typer.Argument(
+        metavar="PATH", help="A checkpoint (.pt), a run dir, a prepared data dir or a distillation pipeline dir.")],
     json_out: Annotated[bool, typer.Option(
         "--json", help="One JSON object (one line) instead of tables: sizes in bytes, times in seconds.")] = False,
 ) -> None:
-    """Say what a checkpoint, run dir or data dir holds: model, vocabularies, training progress, files."""
+    """Say what a checkpoint, run dir, data dir or pipeline dir holds: model, vocabularies, training progress, files;
+    a distillation pipeline's stages with their state and figures."""
     from nmt.cli import info as command
+    from nmt.distill import state, status
 
-    command.run(path, json_out=json_out)
+    (status if state.is_pipeline_dir(path) else command).run(path, json_out=json_out)
 
 
 @app.command("import")

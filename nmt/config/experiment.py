@@ -6,17 +6,16 @@ that names the key and suggests the closest valid one.
 
 from __future__ import annotations
 
-import difflib
 import math
-import types
-import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from nmt.config.distill import DistillConfig, check_distill
 from nmt.config.serve import ServeConfig, check_serve
+from nmt.config.values import check_type, closest
 from nmt.errors import ConfigError, first_line
 
 
@@ -175,6 +174,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
     def __post_init__(self) -> None:
         self.given: set[str] = set()  # "section.key" set by a config file or --set (the rest are defaults)
@@ -186,47 +186,13 @@ class Config:
 SECTIONS = {f.name: f.type for f in fields(Config)}
 
 
-def _closest(name: str, options: list[str]) -> str:
-    match = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
-    return f" (did you mean '{match[0]}'?)" if match else ""
-
-
-def _check_type(key: str, value: Any, annotation: Any) -> Any:
-    """Coerce/validate `value` against a dataclass field annotation (str form, from __future__)."""
-    hint = eval(annotation, vars(typing) | {"types": types}) if isinstance(annotation, str) else annotation
-    allowed = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    if value is None:
-        if type(None) in allowed:
-            return None
-        raise ConfigError(f"config key '{key}' must not be null")
-    for t in allowed:
-        base = typing.get_origin(t) or t
-        if base is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if base is float and isinstance(value, str):  # YAML 1.1 reads "5e-4" as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        if base is bool and isinstance(value, bool):
-            return value
-        if base is int and isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if base is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        if base is list and isinstance(value, list):
-            return value
-    names = "/".join(getattr(t, "__name__", str(t)) for t in allowed)
-    raise ConfigError(f"config key '{key}' expects {names}, got {value!r}")
-
-
 def apply_dict(cfg: Config, data: dict[str, Any], origin: str = "config") -> Config:
     """Merge a nested {section: {key: value}} dict into `cfg`, validating every key."""
     if not isinstance(data, dict):
         raise ConfigError(f"{origin}: top level must be a mapping of sections {sorted(SECTIONS)}")
     for section, values in data.items():
         if section not in SECTIONS:
-            raise ConfigError(f"{origin}: unknown section '{section}'{_closest(str(section), list(SECTIONS))}")
+            raise ConfigError(f"{origin}: unknown section '{section}'{closest(str(section), list(SECTIONS))}")
         if values is None:
             continue
         if not isinstance(values, dict):
@@ -236,9 +202,9 @@ def apply_dict(cfg: Config, data: dict[str, Any], origin: str = "config") -> Con
         for key, value in values.items():
             if key not in valid:
                 raise ConfigError(
-                    f"{origin}: unknown key '{section}.{key}'{_closest(str(key), list(valid))}"
+                    f"{origin}: unknown key '{section}.{key}'{closest(str(key), list(valid))}"
                 )
-            setattr(target, key, _check_type(f"{section}.{key}", value, valid[key]))
+            setattr(target, key, check_type(f"{section}.{key}", value, valid[key]))
             cfg.given.add(f"{section}.{key}")
     check_config(cfg)
     return cfg
@@ -307,7 +273,8 @@ def check_config(cfg: Config) -> None:
     """Every rule on config values lives here (one function per section), each a one-line ConfigError
     naming the key. Called whenever a config is loaded or rebuilt."""
     for check, section in ((check_data, cfg.data), (check_model, cfg.model), (check_train, cfg.train),
-                           (check_decode, cfg.decode), (check_serve, cfg.serve)):
+                           (check_decode, cfg.decode), (check_serve, cfg.serve),
+                           (check_distill, cfg.distill)):
         check(section)
 
 

@@ -1,0 +1,71 @@
+"""The `distill` section of the config: where `nmt distill` keeps its pipeline, which teacher it distils, how it
+cleans the corpus and how much of the original references the student sees. The corpus itself is the `data`
+section's train/valid/test (read as `nmt prepare` reads them), and the student is the config's `model`, `train` and
+`decode` sections: a distillation config is an ordinary config with this section added. A module of its own for its
+size; nmt.config.experiment loads and type-checks it like any section."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from nmt.errors import ConfigError
+
+
+@dataclass
+class DistillConfig:
+    """`nmt distill`: the pipeline dir, the teacher, the cleaning filters, the student's data mix."""
+
+    dir: str = "runs/distill"  # the pipeline dir: pipeline.json and one folder per stage
+    # The teacher, one of: an nmt checkpoint or run dir (an imported OPUS-MT / Marian checkpoint too), or a file of
+    # translations made by any system, one line per line of data.train (as given, before cleaning)
+    teacher: str | None = None
+    teacher_translations: str | None = None
+    # the teacher's translations of data.test's sources (a translations file teacher: its test score), optional
+    teacher_test_translations: str | None = None
+    teacher_beam: int = 0  # beam of the teacher's forward translation (0: the teacher checkpoint's own)
+    teacher_device: str = "auto"  # auto | cpu | cuda | cuda:N
+    chunk_lines: int = 2000  # training sources translated (and saved) per chunk: a killed run resumes at the next
+    # Cleaning filters, applied to data.train in this order; each pair counts under the first filter that drops it
+    # lengths in characters: words say little where compounds are one word (German) or there are no spaces (Chinese)
+    max_chars: int = 1000  # either side longer (the `too_long` filter; 0 = off)
+    # len(longer)/len(shorter), judged from 20 characters on the longer side; off when a language of the pair is
+    # written without spaces (its characters are words)
+    max_ratio: float = 3.0
+    dedup: bool = True  # exact repeats of a (source, target) pair
+    copies: bool = True  # the target is the source again (case and spacing aside): untranslated text
+    # both sides write numbers in digits, and not the same ones (separators aside: 1,000.5 = 1.000,5; 2.00 = 2)
+    digits: bool = True
+    # letters in the script of the side's language (Latin for most, Cyrillic for ru/uk/bg..., Han/kana for zh/ja),
+    # as a share of the side's letters, at least this (0 = off)
+    script_share: float = 0.5
+    # language identification (py3langid): drop a pair when either side is identified as another language with at
+    # least this probability (a confident mistake; short lines are rarely identified confidently). 0 = off
+    langid_min_prob: float = 0.9
+    sample: int = 10  # dropped pairs kept per filter as evidence, in clean/report.json and on the terminal
+    # Share of the cleaned pairs whose original (source, reference) pair is added to the student's training data
+    # beside the teacher's (source, translation) one: 0 = the teacher's output only, 1 = every reference too
+    references: float = 0.0
+    seed: int = 1  # which pairs the references share picks
+
+
+def check_distill(d: DistillConfig) -> None:
+    """One-line ConfigErrors naming the key (called by nmt.config.experiment.check_config)."""
+    if d.teacher and d.teacher_translations:
+        raise ConfigError("distill.teacher and distill.teacher_translations are both set: give one teacher")
+    if not d.dir:
+        raise ConfigError("distill.dir must name the pipeline dir")
+    for key in ("chunk_lines",):
+        if getattr(d, key) <= 0:
+            raise ConfigError(f"distill.{key} must be > 0, got {getattr(d, key)}")
+    for key in ("teacher_beam", "max_chars", "sample"):
+        if getattr(d, key) < 0:
+            raise ConfigError(f"distill.{key} must be >= 0, got {getattr(d, key)}")
+    if not (math.isfinite(d.max_ratio) and d.max_ratio >= 1):
+        raise ConfigError(f"distill.max_ratio must be >= 1, got {d.max_ratio}")
+    for key in ("script_share", "langid_min_prob", "references"):
+        value = getattr(d, key)
+        if not 0 <= value <= 1:
+            raise ConfigError(f"distill.{key} must be in [0, 1], got {value}")
+    if not 0 <= d.seed < 2**32:
+        raise ConfigError(f"distill.seed must be in [0, 2**32), got {d.seed}")

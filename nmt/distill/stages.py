@@ -1,0 +1,182 @@
+"""The stages of `nmt distill` besides the teacher's: clean the corpus, build the student's data, train the student,
+score teacher and student. Each takes the config and the pipeline and returns its figures (what pipeline.json and
+`nmt info` show); each is made of nmt's own pieces (corpus reading, prepare, train, Translator, score), so the
+student is exactly what `nmt prepare` + `nmt train` would make of the same text.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from nmt import checkpoint, text
+from nmt.config.experiment import Config
+from nmt.data import corpus
+from nmt.data.prepare import prepare
+from nmt.distill import teacher
+from nmt.distill.filters import FILTERS, Cleaner
+from nmt.distill.state import Pipeline
+from nmt.errors import NmtError
+from nmt.io import atomic_output, atomic_write_text
+from nmt.log import console
+from nmt.rundir import RunDir
+from nmt.score import bleu_tokenizer, score
+from nmt.translation.translator import Translator
+
+
+def corpus_pairs(cfg: Config, split: str) -> Iterator[tuple[str, str]]:
+    """The (source, target) pairs of data.train or data.test, cleaned and normalized as `nmt prepare` reads them."""
+    d = cfg.data
+    spec, hf_split = (d.train, d.hf_train_split) if split == "train" else (d.test, d.hf_test_split)
+    pairs = corpus.read_pairs(spec or "", d.src_lang, d.tgt_lang, hf_config=d.hf_config, hf_split=hf_split,
+                              src_column=d.src_column, tgt_column=d.tgt_column)
+    return ((text.normalize(s, d.normalize), text.normalize(t, d.normalize)) for s, t in pairs)
+
+
+def clean(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
+    """clean/train.SRC, train.TGT and lines.txt (the kept pairs' corpus line numbers), and clean/report.json: each
+    filter's count and first dropped pairs. An empty result is an error, after the report is written."""
+    src, tgt = cfg.data.src_lang, cfg.data.tgt_lang
+    folder = pipe.folder("clean")
+    cleaner = Cleaner(cfg.distill, src, tgt)
+    with (atomic_output(folder / f"train.{src}", text=True) as fs, atomic_output(folder / f"train.{tgt}", text=True)
+          as ft, atomic_output(folder / "lines.txt", text=True) as fl):
+        for number, (s, t) in enumerate(corpus_pairs(cfg, "train"), 1):
+            if cleaner.keep(number, s, t):
+                fs.write(s + "\n")
+                ft.write(t + "\n")
+                fl.write(f"{number}\n")
+    report = cleaner.report()
+    atomic_write_text(folder / "report.json", json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    show_report(report)
+    if report["kept"] == 0:
+        what = "is empty" if report["read"] == 0 else f"has no pair left after cleaning ({report['read']:,} read)"
+        raise NmtError(f"the corpus data.train {cfg.data.train} {what}; what each filter dropped: "
+                       f"{folder / 'report.json'}")
+    return {"read": report["read"], "kept": report["kept"], "dropped": report["dropped"]}
+
+
+def show_report(report: dict[str, Any]) -> None:
+    """The cleaning on the terminal: each filter's count and its first dropped pair."""
+    table = Table(title=f"clean: read {report['read']:,}, kept {report['kept']:,}", title_justify="left")
+    for name in ("filter", "dropped", "first dropped (line: source ||| target)"):
+        table.add_column(name, justify="right" if name == "dropped" else "left", overflow="fold")
+    for name in FILTERS:
+        first = (report["samples"].get(name) or [None])[0]
+        shown = f"{first['line']}: {first['src'][:60]} ||| {first['tgt'][:60]}" if first else ""
+        if first and "why" in first:
+            shown += f" ({first['why']})"
+        table.add_row(name, f"{report['dropped'][name]:,}", shown)
+    console.print(table)
+    for note in report["notes"]:
+        console.print(f"note: {note}")
+
+
+def data(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
+    """distilled/train.*: every (source, teacher translation) pair, and for a `distill.references` share of the
+    pairs (seeded) the original (source, reference) pair too where it differs; then the student's data dir by nmt
+    prepare, with data.valid/test as they are (the student is validated and tested on references)."""
+    src, tgt = cfg.data.src_lang, cfg.data.tgt_lang
+    folder, out = pipe.path / "clean", pipe.folder("distilled")
+    rng = random.Random(cfg.distill.seed)
+    # picked for the references share but equal to the teacher's output: not added twice, counted apart
+    counts = {"teacher_pairs": 0, "reference_pairs": 0, "references_as_teacher": 0}
+    with (open(folder / f"train.{src}", encoding="utf-8") as fs, open(folder / f"train.{tgt}", encoding="utf-8") as fr,
+          open(pipe.path / "teacher" / f"train.{tgt}", encoding="utf-8") as fh,
+          atomic_output(out / f"train.{src}", text=True) as os_, atomic_output(out / f"train.{tgt}", text=True) as ot):
+        for s, ref, hyp in zip(fs, fr, fh, strict=True):
+            os_.write(s)
+            ot.write(hyp)
+            counts["teacher_pairs"] += 1
+            if rng.random() < cfg.distill.references:
+                if ref == hyp:
+                    counts["references_as_teacher"] += 1
+                    continue
+                os_.write(s)
+                ot.write(ref)
+                counts["reference_pairs"] += 1
+    data_cfg = replace(cfg.data, dir=str(pipe.path / "data"), train=str(out / "train"))
+    meta = prepare(data_cfg, progress=progress)
+    return {**counts, "pairs": meta["splits"]["train"]["pairs"], "filters": meta.get("filters"),
+            "vocab_size": meta["src_vocab_size"], "splits": {k: v["pairs"] for k, v in meta["splits"].items()}}
+
+
+def student_config(cfg: Config, pipe: Pipeline) -> Config:
+    """The config the student trains with: the given one, its data dir and run dir inside the pipeline dir."""
+    student = replace(cfg, data=replace(cfg.data, dir=str(pipe.path / "data")),
+                      train=replace(cfg.train, run_dir=str(pipe.path / "student")))
+    student.given = set(cfg.given)
+    return student
+
+
+def student(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
+    """nmt's own training of the student (it resumes at the update where a kill stopped it)."""
+    from nmt.train.loop import train
+
+    summary = train(student_config(cfg, pipe), progress=progress)
+    chosen = RunDir(pipe.path / "student").for_translation()
+    return {"updates": summary["step"], "stopped": summary["stopped"], "best": summary.get("best"),
+            "train_s": round(summary["elapsed"], 1), "checkpoint": chosen.name,
+            "parameters": parameters(checkpoint.load(chosen))}
+
+
+def parameters(ckpt: checkpoint.Checkpoint) -> int:
+    """Distinct weights of a checkpoint (a tied matrix counts once)."""
+    weights = ckpt.weights
+    return sum(weights[name].numel() for name in checkpoint.tensors_by_storage(weights))
+
+
+def score_stage(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
+    """Teacher and student on data.test: their translations in score/, BLEU and chrF (nmt score's sacreBLEU, BLEU's
+    tokenizer chosen for the target language) in score/scores.json."""
+    if not cfg.data.test:
+        return {"skipped": "no data.test"}
+    tgt = cfg.data.tgt_lang
+    pairs = list(corpus_pairs(cfg, "test"))
+    sources, refs = [s for s, _ in pairs], [t for _, t in pairs]
+    folder = pipe.folder("score")
+    tokenize = bleu_tokenizer(tgt).name
+    systems: dict[str, Any] = {}
+    hyps = {"teacher": teacher_test(cfg, sources),
+            "student": Translator.load(RunDir(pipe.path / "student").for_translation(), student_config(cfg, pipe))}
+    for name, system in hyps.items():
+        if system is None:
+            continue
+        started = time.monotonic()
+        lines = system if isinstance(system, list) else [r.text[0] for r in system.translate_chunk(sources)]
+        seconds = time.monotonic() - started
+        atomic_write_text(folder / f"test.{name}.{tgt}", "".join(line + "\n" for line in lines))
+        result = score(lines, [refs], metrics=("bleu", "chrf"), tokenize=tokenize,
+                       ref_names=[f"data.test ({cfg.data.test})"])
+        systems[name] = {"bleu": round(result["bleu"]["score"], 2), "chrf": round(result["chrf"]["score"], 2),
+                         "signature": result["bleu"]["signature"]}
+        if not isinstance(system, list):
+            systems[name].update(translate_s=round(seconds, 2), parameters=parameters(checkpoint.load(system.path)))
+    figures = {"lines": len(pairs), "tokenize": tokenize, **systems}
+    atomic_write_text(folder / "scores.json", json.dumps(figures, indent=1) + "\n")
+    return figures
+
+
+def teacher_test(cfg: Config, sources: list[str]) -> Translator | list[str] | None:
+    """What the teacher's score comes from: the checkpoint, else distill.teacher_test_translations, else nothing."""
+    d = cfg.distill
+    if d.teacher:
+        return teacher.translator(cfg)
+    if not d.teacher_test_translations:
+        return None
+    path = Path(d.teacher_test_translations)
+    if not path.is_file():
+        raise NmtError(f"distill.teacher_test_translations: no such file: {path}")
+    lines = [text.normalize(text.clean_text(line), cfg.data.normalize)
+             for line in path.read_text(encoding="utf-8").splitlines()]
+    if len(lines) != len(sources):
+        raise NmtError(f"distill.teacher_test_translations {path} has {len(lines):,} lines but data.test has "
+                       f"{len(sources):,}")
+    return lines

@@ -1,0 +1,157 @@
+"""The pipeline dir of `nmt distill` and its record, pipeline.json: each stage's state and figures.
+
+```
+PIPELINE_DIR/
+  .lock            held by the one `nmt distill` that runs here
+  pipeline.json    the settings the pipeline was made with; per stage: state, figures, seconds
+  clean/           train.SRC, train.TGT (the pairs kept), lines.txt (their corpus line numbers), report.json
+  teacher/         chunks/NNNNNN.TGT (one per distill.chunk_lines sources, each written whole), train.TGT
+  distilled/       train.SRC, train.TGT: the student's training text (teacher output + the references share)
+  data/            the student's data dir (nmt prepare)
+  student/         the student's run dir (nmt train)
+  score/           test.teacher.TGT, test.student.TGT, scores.json
+```
+pipeline.json is replaced atomically after every change (a stage started, a teacher chunk done, a stage finished):
+a kill leaves the last record, whose unfinished stage the next run resumes. This module is the only one that knows
+these names.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from nmt.errors import NmtError
+from nmt.io import atomic_write_text
+from nmt.rundir import RunLock
+
+STAGES = ("clean", "teacher", "data", "student", "score")
+PIPELINE_FILE = "pipeline.json"
+VERSION = 1
+
+
+def is_pipeline_dir(path: Path) -> bool:
+    return (path / PIPELINE_FILE).is_file()
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """pipeline.json of the pipeline dir `path`; a damaged one is a one-line NmtError."""
+    file = path / PIPELINE_FILE
+    try:
+        record = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise NmtError(f"{file} is unreadable ({type(e).__name__}); remove the pipeline dir to start over") from None
+    if not isinstance(record, dict) or not isinstance(record.get("stages"), dict):
+        raise NmtError(f"{file} is not a pipeline record; remove the pipeline dir to start over")
+    return record
+
+
+def differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(section.key, old value, new value) of each key whose value differs between two nested settings dicts."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append((f"{prefix}{key}", a, b))
+    return out
+
+
+# The first stage each setting changes the output of (the later stages follow from it); a key not named here changes
+# the student's data (the vocabulary, valid/test, the references share) and a model key only the student
+FIRST_AFFECTED = {
+    **dict.fromkeys(("data.train", "data.src_lang", "data.tgt_lang", "data.normalize", "data.hf_config",
+                     "data.hf_train_split", "data.src_column", "data.tgt_column", "distill.max_chars",
+                     "distill.max_ratio", "distill.dedup", "distill.copies", "distill.digits", "distill.script_share",
+                     "distill.langid_min_prob"), "clean"),
+    **dict.fromkeys(("distill.teacher", "distill.teacher_translations", "distill.teacher_beam",
+                     "distill.chunk_lines"), "teacher"),
+    "distill.teacher_test_translations": "score",
+}
+FOLDERS = {"clean": ["clean"], "teacher": ["teacher"], "data": ["distilled", "data"], "student": ["student"],
+           "score": ["score"]}
+
+
+def first_affected(key: str) -> str:
+    return FIRST_AFFECTED.get(key, "student" if key.startswith("model.") else "data")
+
+
+class Pipeline:
+    """One pipeline dir: its lock, its record and its stage folders."""
+
+    def __init__(self, path: str | Path, settings: dict[str, Any], *, force: bool = False):
+        self.path = Path(path)
+        if self.path.exists() and not self.path.is_dir():
+            raise NmtError(f"distill.dir {self.path} exists and is not a directory")
+        self.lock = RunLock(self.path, "pipeline dir {} is in use by another `nmt distill`")
+        try:
+            self.record = self._open(settings, force)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, settings: dict[str, Any], force: bool) -> dict[str, Any]:
+        """The record of this dir, or a new one. Other settings than the record's are refused unless `force`, which
+        redoes the stages from the first one they change (a new student keeps the teacher's translations)."""
+        if not is_pipeline_dir(self.path):
+            record = {"version": VERSION, "settings": settings,
+                      "stages": {name: {"state": "pending", "figures": {}} for name in STAGES}}
+            self._save(record)
+            return record
+        record = read_record(self.path)
+        diffs = differences(record.get("settings") or {}, settings)
+        if not diffs:
+            return record
+        start = min((first_affected(key) for key, _, _ in diffs), key=STAGES.index)
+        if not force:
+            key, old, new = diffs[0]
+            more = f" and {len(diffs) - 1} more" if len(diffs) > 1 else ""
+            raise NmtError(f"pipeline dir {self.path} was made with other settings ({key}: {old!r} vs {new!r}{more}); "
+                           f"use --force to redo it from the {start} stage on, or choose another distill.dir")
+        for name in STAGES[STAGES.index(start):]:
+            for folder in FOLDERS[name]:
+                shutil.rmtree(self.path / folder, ignore_errors=True)
+            record["stages"][name] = {"state": "pending", "figures": {}}
+        record["settings"] = settings
+        self._save(record)
+        return record
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def folder(self, name: str) -> Path:
+        folder = self.path / name
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def stage(self, name: str) -> dict[str, Any]:
+        return self.record["stages"][name]
+
+    def done(self, name: str) -> bool:
+        return self.stage(name)["state"] == "done"
+
+    def start(self, name: str) -> None:
+        """Mark a stage running: a kill leaves it so, and the next run resumes it (`resumed` says it did)."""
+        stage = self.stage(name)
+        stage["resumed"] = stage["state"] == "running"
+        stage["state"] = "running"
+        stage.setdefault("started", time.time())
+        self._save(self.record)
+
+    def progress(self, name: str, **figures: Any) -> None:
+        """Figures of a running stage so far (a teacher chunk done), recorded at once."""
+        self.stage(name)["figures"].update(figures)
+        self._save(self.record)
+
+    def finish(self, name: str, figures: dict[str, Any], seconds: float) -> None:
+        stage = self.stage(name)
+        stage.update(state="done", finished=time.time(), seconds=round(seconds, 3))
+        stage["figures"].update(figures)
+        self._save(self.record)
+
+    def _save(self, record: dict[str, Any]) -> None:
+        atomic_write_text(self.path / PIPELINE_FILE, json.dumps(record, indent=1, ensure_ascii=False) + "\n")

@@ -1,0 +1,74 @@
+"""`nmt info PIPELINE_DIR`: every stage of a distillation pipeline with its state and figures, as a table or as one
+JSON object (pipeline.json as recorded, plus the path)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from nmt.distill.state import STAGES, read_record
+
+
+def describe(path: Path) -> dict[str, Any]:
+    record = read_record(path)
+    return {"type": "pipeline", "path": str(path), "stages": {name: record["stages"].get(name, {"state": "pending"})
+                                                              for name in STAGES},
+            "settings": record.get("settings")}
+
+
+def run(path: Path, json_out: bool = False) -> None:
+    info = describe(path)
+    if json_out:
+        print(json.dumps(info, ensure_ascii=False))
+    else:
+        Console(highlight=False).print(table(info))
+
+
+def table(info: dict[str, Any]) -> Table:
+    out = Table(title=Text(f"distillation pipeline {info['path']}"), title_justify="left")
+    for name, justify in (("stage", "left"), ("state", "left"), ("time", "right"), ("figures", "left")):
+        out.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for name, stage in info["stages"].items():
+        state = stage.get("state", "pending")
+        if state == "running":
+            state = "unfinished (running or stopped)"
+        seconds = stage.get("seconds")
+        out.add_row(name, state, "" if seconds is None else f"{seconds:,.1f} s",
+                    Text(figures_line(name, stage.get("figures") or {})))
+    return out
+
+
+def figures_line(name: str, f: dict[str, Any]) -> str:
+    """A stage's figures in a few words."""
+    if not f:
+        return ""
+    if name == "clean":
+        dropped = ", ".join(f"{k} {v:,}" for k, v in (f.get("dropped") or {}).items() if v)
+        return f"read {f['read']:,}, kept {f['kept']:,}" + (f"; dropped {dropped}" if dropped else "")
+    if name == "teacher":
+        if "from_file" in f:
+            return f"{f.get('lines', 0):,} translations from {f['from_file']}"
+        rate = f", {f['lines_per_s']:,} lines/s" if f.get("lines_per_s") else ""
+        return f"chunks {f.get('chunks_done', 0)}/{f.get('chunks', '?')}" + \
+            (f", {f['lines']:,} lines" if "lines" in f else "") + rate
+    if name == "data":
+        dropped = ", ".join(f"{k} {v:,}" for k, v in (f.get("filters") or {}).items()
+                            if k not in ("read", "kept") and v)
+        return (f"{f['pairs']:,} training pairs ({f['teacher_pairs']:,} teacher + {f['reference_pairs']:,} "
+                f"references{'; prepare dropped ' + dropped if dropped else ''}), vocabulary {f['vocab_size']:,}")
+    if name == "student":
+        best = f", best valid {f['best']:.2f}" if isinstance(f.get("best"), (int, float)) else ""
+        return f"{f['updates']:,} updates ({f['stopped']}){best}, {f['parameters']:,} parameters"
+    if name == "score":
+        if "skipped" in f:
+            return f"skipped: {f['skipped']}"
+        parts = [f"{who} BLEU {f[who]['bleu']:.2f} chrF {f[who]['chrf']:.2f}"
+                 + (f" ({f[who]['translate_s']:.1f} s)" if "translate_s" in f[who] else "")
+                 for who in ("teacher", "student") if who in f]
+        return f"{f['lines']:,} test lines: " + "; ".join(parts)
+    return json.dumps(f)

@@ -1,0 +1,58 @@
+"""The `distill` section (nmt/config/distill.py): every key set by YAML or --set, each bad value a one-line
+ConfigError naming its key, and the shipped distillation configs."""
+
+from __future__ import annotations
+
+import pytest
+
+from nmt.config.distill import DistillConfig
+from nmt.config.experiment import Config, config_from_dict, load_config
+from nmt.errors import ConfigError
+from tests.helpers.paths import CONFIGS
+
+
+def test_every_key_can_be_set_with_set():
+    values = {"dir": "p", "teacher": "t.pt", "teacher_test_translations": "test.hyp", "teacher_beam": 2,
+              "teacher_device": "cpu", "chunk_lines": 7, "max_chars": 50, "max_ratio": 2.5, "dedup": False,
+              "copies": False, "digits": False, "script_share": 0.25, "langid_min_prob": 0.5, "sample": 3,
+              "references": 0.5, "seed": 9}
+    assert set(values) | {"teacher_translations"} == set(DistillConfig.__dataclass_fields__)
+    cfg = load_config(None, [f"distill.{k}={v}" for k, v in values.items()])
+    assert {k: getattr(cfg.distill, k) for k in values} == values
+    assert load_config(None, ["distill.teacher_translations=hyp.de"]).distill.teacher_translations == "hyp.de"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("distill.chunk_lines=0", "distill.chunk_lines must be > 0"),
+    ("distill.teacher_beam=-1", "distill.teacher_beam must be >= 0"),
+    ("distill.max_chars=-5", "distill.max_chars must be >= 0"),
+    ("distill.max_ratio=0.5", "distill.max_ratio must be >= 1"),
+    ("distill.references=1.5", r"distill.references must be in \[0, 1\]"),
+    ("distill.script_share=-0.1", r"distill.script_share must be in \[0, 1\]"),
+    ("distill.langid_min_prob=2", r"distill.langid_min_prob must be in \[0, 1\]"),
+    ("distill.dir=", "distill.dir"),
+    ("distill.chunk_lines=many", "config key 'distill.chunk_lines' expects int"),
+    ("distill.refrences=0.5", "did you mean 'references'"),
+])
+def test_bad_values_are_one_line_errors(override, message):
+    with pytest.raises(ConfigError, match=message) as e:
+        load_config(None, [override])
+    assert "\n" not in str(e.value)
+
+
+def test_two_teachers_are_refused():
+    with pytest.raises(ConfigError, match="give one teacher"):
+        load_config(None, ["distill.teacher=a.pt", "distill.teacher_translations=hyp.de"])
+
+
+def test_a_saved_config_without_the_section_still_loads():
+    saved = Config().to_dict()
+    del saved["distill"]  # checkpoints written before the section existed
+    assert config_from_dict(saved).distill == DistillConfig()
+
+
+@pytest.mark.parametrize("name", ["distill-demo.yaml", "student-multi30k.yaml"])
+def test_shipped_students_have_a_deep_encoder_and_a_shallow_decoder(name):
+    cfg = load_config(CONFIGS / name)
+    assert cfg.model.decoder_layers == 1 and cfg.model.encoder_layers > cfg.model.decoder_layers
+    assert cfg.distill.teacher and cfg.data.train and cfg.data.test
