@@ -256,6 +256,12 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
     return rows
 
 
+def openmp_waiting() -> str:
+    """The OpenMP wait settings this process runs with (nmt's choice, nmt.threads, unless the user set one)."""
+    said = [f"{k}={os.environ[k]}" for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ]
+    return " ".join(said) or "libgomp's default"
+
+
 def cells(times: dict[str, list[float]], batch: int, length: int) -> list[str]:
     """A row's speeds (tokens/s, sentences/s per contestant) and ratios (ours / peer: of the medians, and in
     brackets the median of each round's ratio)."""
@@ -312,7 +318,7 @@ def main() -> None:
         rows = [row for name in args.configs.split(",") for row in bench(name, args, workdir, device, gpu)]
     where = f"on {device_label(device)}" if gpu else f"{args.threads} threads, {args.clock} clock"
     print(f"\nbeam {BEAM} decoding, {args.length} tokens per sentence (median of {args.repeats}, {where}, "
-          f"{args.dtype}, torch {torch.__version__}, OpenMP wait policy {os.environ.get('OMP_WAIT_POLICY', 'default')}"
+          f"{args.dtype}, torch {torch.__version__}, OpenMP waiting {openmp_waiting()}"
           f" for ours and HF, other processes' CPU share during the run: {load}, busy rows included);\n"
           "ratio = ours speed / peer speed (in brackets: median of per-round ratios)")
     header = ["config", "batch", "machine", "others' CPU", "ours tok/s", "ours sent/s", "hf tok/s", "hf sent/s",

@@ -1,13 +1,14 @@
 """CPU threads on a machine that nmt shares with other programs (a server's HTTP thread, a browser, another job).
 
 PyTorch's CPU build runs its parallel work on GNU OpenMP, whose threads spin at the end of every parallel region
-(up to ~300,000 iterations) waiting for the slowest of them. When another process holds a core, the thread that the
-kernel descheduled is that slowest one, and the others spin through their time slices waiting for it: a decoder step
-is hundreds of small operations, so beside one busy-loop process decoding ran several times slower
-(bench/translate.py --busy measures it). Two things keep the speed: the passive wait policy, with which a waiting
-thread sleeps at once and gives its core to whoever can use it (OpenMP reads it once, when torch loads it:
-`nmt/__init__.py` sets it before anything imports torch, and only where the user has not chosen one:
-OMP_WAIT_POLICY or GOMP_SPINCOUNT set); and FreeCores, which runs each batch on the cores other threads leave
+(by default up to ~300,000 iterations, a few ms) waiting for the slowest of them. When another process holds a core,
+the thread that the kernel descheduled is that slowest one, and the others spin through their time slices waiting
+for it: a decoder step is hundreds of small operations, so beside one busy-loop process decoding ran 3-4x slower
+(bench/translate.py --busy measures it). Two things keep the speed. A short spin (GOMP_SPINCOUNT=30000, ~0.3 ms)
+before a waiting thread sleeps: on a quiet machine the others arrive within it (a passive policy, sleeping at once,
+cost a third of the speed at batch 1), and beside a busy process it gives the core back soon. OpenMP reads it once,
+when torch loads it: `nmt/__init__.py` sets it before anything imports torch, only where the user has not chosen
+(OMP_WAIT_POLICY or GOMP_SPINCOUNT set). And FreeCores, which runs each batch on the cores other threads leave
 free."""
 
 from __future__ import annotations
@@ -16,26 +17,29 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-WAIT_POLICY = "PASSIVE"
+WAIT = {"GOMP_SPINCOUNT": "30000"}
 OURS = "NMT_SET_OMP_WAIT_POLICY"  # marks the policy as nmt's choice, not the user's: child processes may drop it
 
 
 def choose_wait_policy(environ: os._Environ[str] | dict[str, str] = os.environ) -> None:
-    """Set OMP_WAIT_POLICY=PASSIVE in `environ` unless the user chose OpenMP's waiting already."""
-    if "OMP_WAIT_POLICY" in environ or "GOMP_SPINCOUNT" in environ:
+    """Set nmt's OpenMP waiting (WAIT) in `environ` unless the user chose OpenMP's waiting already (or a process
+    started by `users_environment` is told to keep OpenMP's defaults)."""
+    if "OMP_WAIT_POLICY" in environ or "GOMP_SPINCOUNT" in environ or environ.get(OURS) == "0":
         return
-    environ["OMP_WAIT_POLICY"] = WAIT_POLICY
+    environ.update(WAIT)
     environ[OURS] = "1"
 
 
 @contextmanager
 def users_environment() -> Iterator[None]:
-    """Within the block, os.environ as the user had it, without the wait policy nmt chose itself: for starting
-    another program (a benchmark's peer) as it would run without nmt."""
-    if os.environ.get(OURS) is None:
+    """Within the block, os.environ as the user had it, without the waiting nmt chose itself: for starting another
+    program (a benchmark's peer) as it would run without nmt. A Python child that imports nmt again (a spawned
+    worker) is told not to choose: OURS is "0" there."""
+    if os.environ.get(OURS) != "1":
         yield
         return
-    saved = {name: os.environ.pop(name) for name in (OURS, "OMP_WAIT_POLICY")}
+    saved = {name: os.environ.pop(name) for name in (OURS, *WAIT)}
+    os.environ[OURS] = "0"
     try:
         yield
     finally:

@@ -24,8 +24,9 @@ def probe(**env: str) -> str:
     return out.stdout.strip()
 
 
-def test_import_nmt_makes_openmp_threads_sleep_at_once():
-    assert probe() == "PASSIVE None"
+def test_import_nmt_makes_openmp_threads_spin_briefly():
+    assert probe() == "None 30000"
+    assert probe(**{threads.OURS: "0"}) == "None None"  # a worker started by users_environment: OpenMP's defaults
 
 
 @pytest.mark.parametrize(("env", "seen"), [({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE None"),
@@ -38,10 +39,12 @@ def test_other_programs_get_the_users_environment(monkeypatch):
     for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", threads.OURS):
         monkeypatch.delenv(name, raising=False)
     threads.choose_wait_policy()
-    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert os.environ["GOMP_SPINCOUNT"] == "30000"
     with threads.users_environment():
-        assert "OMP_WAIT_POLICY" not in os.environ and threads.OURS not in os.environ
-    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+        assert "GOMP_SPINCOUNT" not in os.environ and os.environ[threads.OURS] == "0"
+        threads.choose_wait_policy()  # what a spawned Python worker importing nmt does: nothing
+        assert "GOMP_SPINCOUNT" not in os.environ
+    assert os.environ["GOMP_SPINCOUNT"] == "30000" and os.environ[threads.OURS] == "1"
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's: kept for other programs too
     monkeypatch.delenv(threads.OURS)
     with threads.users_environment():
