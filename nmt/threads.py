@@ -61,7 +61,7 @@ class FreeCores:
     """The thread count for the next batch: the cores that other threads leave free, at most `wanted` (the
     --threads asked for, or torch's default of one per core). Two threads beside one busy process on two cores
     wait for each other at every barrier, while one thread gets a core to itself (bench/translate.py --busy). Read
-    between batches, when this process's pool is asleep (the passive wait policy above), from the count of
+    between batches, when this process's pool has gone to sleep (its short spin is long over), from the count of
     runnable threads: the median of the last three readings, so that a neighbour's moment of work does not flip it.
     Where the machine has more CPUs than this process may use, the others are assumed spread evenly over them."""
 

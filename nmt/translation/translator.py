@@ -173,15 +173,19 @@ class Translator:
         todo = [i for i, seq in enumerate(ids) if len(seq) > len(prefix)]  # an empty line stays empty
         if not todo:
             return results
-        for positions, batch in source_batches([ids[i] for i in todo], decode.max_tokens, self.special):
-            rows = [todo[j] for j in positions]
-            if self.threads is not None:
-                self.threads.fit()
-            # a glossary places terms on the words aligned to their source words: the search's own attention
-            found = self._search(batch.src.to(self.device), need_attention or bool(glossary), decode)
-            for r, hyps in zip(rows, found):
-                results[r].hypotheses = hyps
-                results[r].text = self.tokenizer.decode_tgt([h.tokens for h in hyps])
+        threads = torch.get_num_threads()
+        try:  # each batch on the cores other programs leave free; the caller gets its thread count back
+            for positions, batch in source_batches([ids[i] for i in todo], decode.max_tokens, self.special):
+                rows = [todo[j] for j in positions]
+                if self.threads is not None:
+                    self.threads.fit()
+                # a glossary places terms on the words aligned to their source words: the search's own attention
+                found = self._search(batch.src.to(self.device), need_attention or bool(glossary), decode)
+                for r, hyps in zip(rows, found):
+                    results[r].hypotheses = hyps
+                    results[r].text = self.tokenizer.decode_tgt([h.tokens for h in hyps])
+        finally:
+            torch.set_num_threads(threads)
         if glossary:
             terminology.obey(self, results, glossary, need_attention, decode)
         return results
