@@ -72,7 +72,7 @@ class Sample:
         rows = self.rows()
         active = self.lengths[rows].lt(0)
         tokens = tokens.masked_fill(~active, self.eos)  # a finished sample's row only waits for its sentence
-        self.logprob[rows] += logprobs.gather(1, tokens[:, None]).squeeze(1) * active
+        self.logprob[rows] += torch.where(active, logprobs.gather(1, tokens[:, None]).squeeze(1), 0.0)
         self.out[rows, t] = torch.where(active, tokens, self.out[rows, t])
         if self.attn is not None:
             self.attn[rows[active], t] = step_attn[active]
