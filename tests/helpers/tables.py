@@ -86,3 +86,17 @@ class TableModel:
         if need_attention:  # uniform over the real source tokens: [L=1, B, H=1, S]
             attention = (cache.src_real / cache.src_real.sum(1, keepdim=True))[None, :, None]
         return logits, attention
+
+
+def random_model(**kwargs) -> Transformer:
+    """A small untrained Transformer over the copy task's vocabulary (eval mode, seeded)."""
+    torch.manual_seed(1)
+    dims = dict(d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=2)
+    return Transformer(V, V, **dims, **kwargs, pad_id=PAD, joint_vocab=True).eval()
+
+
+def random_inputs(n: int = 6) -> torch.Tensor:
+    """n random sources of 1-8 symbols (+ EOS), right-padded, seeded."""
+    g = torch.Generator().manual_seed(3)
+    lengths = torch.randint(1, 9, (n,), generator=g).tolist()
+    return batch([torch.randint(4, V, (k,), generator=g).tolist() for k in lengths])[0]

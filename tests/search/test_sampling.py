@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from nmt import search
-from nmt.model import Transformer
 from nmt.search import SearchSettings
 from nmt.search.sampling import narrowed
 from tests.helpers.tables import (
@@ -15,10 +14,11 @@ from tests.helpers.tables import (
     IDS,
     PAD,
     TableModel,
-    V,
     batch,
     beam_search,
     greedy_search,
+    random_inputs,
+    random_model,
     teacher_forced_logprob,
 )
 
@@ -37,16 +37,6 @@ def first_tokens(model, n: int, **settings) -> list[int]:
     return [h[0].tokens[0] for h in sample(model, torch.tensor([[A, EOS]] * n), **settings)]
 
 
-def random_model() -> Transformer:
-    torch.manual_seed(1)
-    return Transformer(V, V, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=2, pad_id=PAD,
-                       joint_vocab=True).eval()
-
-
-def random_inputs(n: int = 6) -> torch.Tensor:
-    g = torch.Generator().manual_seed(3)
-    lengths = torch.randint(1, 9, (n,), generator=g).tolist()
-    return batch([torch.randint(4, V, (k,), generator=g).tolist() for k in lengths])[0]
 
 
 def test_samples_follow_the_models_distribution():

@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 
-from nmt.model import Transformer
 from nmt.search.scoring import Hypothesis, length_normalized, max_lengths
 from tests.helpers.tables import (
     BOS,
@@ -19,16 +18,13 @@ from tests.helpers.tables import (
     batch,
     beam_search,
     greedy_search,
+    random_inputs,
+    random_model,
     teacher_forced_logprob,
 )
 
 torch.set_num_threads(2)
 
-
-def random_model(**kwargs) -> Transformer:
-    torch.manual_seed(1)
-    dims = dict(d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=2)
-    return Transformer(V, V, **dims, **kwargs, pad_id=PAD, joint_vocab=True).eval()
 
 
 # ---- stub models (tests.helpers.tables.TableModel): next-token probabilities are a table over the prefix ----
@@ -123,11 +119,6 @@ def test_beam_one_is_greedy(copy_model):
                 assert g.tokens == b.tokens and g.logprob == b.logprob and g.score == b.score
                 assert torch.equal(g.attention, b.attention)
 
-
-def random_inputs(n: int = 6) -> torch.Tensor:
-    g = torch.Generator().manual_seed(3)
-    lengths = torch.randint(1, 9, (n,), generator=g).tolist()
-    return batch([torch.randint(4, V, (k,), generator=g).tolist() for k in lengths])[0]
 
 
 @pytest.mark.parametrize("beam", [1, 3])
