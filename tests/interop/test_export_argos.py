@@ -1,13 +1,13 @@
 """`nmt export --to argos`, proven by Argos Translate's and LibreTranslate's own code.
 
-- the sentence splitter the package ships (nmt.interop.export.sbd): MiniSBD itself running the ONNX model agrees with
-the
-  rule written in Python;
-- each model kind exported as a package, installed with `argostranslate.package.install_from_path` into a
-  temporary package dir and run through `argostranslate.translate` (in a subprocess: Argos reads its directories
-  from the environment when imported) on the 100 export lines, against `nmt translate` with Argos' settings
-  (beam 4 and greedy, length penalty 0.2 `average`, at most 255 tokens + EOS): float32 identical (MIN_IDENTICAL), the
-  int8 default (as Argos runs it: compute_type auto) within INT8_BLEU_DELTA BLEU of nmt's float32 (references);
+- the sentence splitter the package ships (nmt.interop.export.sbd): MiniSBD itself running the ONNX model agrees
+  with the rule written in Python;
+- each model kind exported as a package, installed with `argostranslate.package.install_from_path` into a package
+  dir of its own and run through `argostranslate.translate` (in one subprocess for every package: Argos reads its
+  directories from the environment when imported) on the 100 export lines, against `nmt translate` with Argos'
+  settings (beam 4 and greedy, length penalty 0.2 `average`, at most 255 tokens + EOS): float32 identical
+  (MIN_IDENTICAL), the int8 default (as Argos runs it: compute_type auto) within INT8_BLEU_DELTA BLEU of nmt's
+  float32 (references);
 - separate vocabularies: refused in one line, nothing left behind;
 - LibreTranslate 1.9.6 itself, from its own venv (its pins clash with nmt's), started offline on loopback with
   the package installed, answering POST /translate with the model's translations (after its own formatting).
@@ -15,6 +15,7 @@ the
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -54,21 +55,30 @@ missing = [m for m in ("argostranslate", "ctranslate2", "onnx") if importlib.uti
 pytestmark = pytest.mark.skipif(bool(missing),
                                 reason=f"{', '.join(missing)} not installed (pip install -e '.[dev]')")
 
-# Runs in a subprocess whose environment points Argos at a temporary home: installs the package, then translates
-# each job's lines with argostranslate.translate's PackageTranslation (the uncached one: jobs differ in beam)
+# Runs in a subprocess whose environment points Argos at a temporary home: for each job, installs its package into
+# a directory of its own (Argos' package dirs set to it, its loaded-translation caches emptied, so no job reuses
+# another's model), then translates the job's lines with argostranslate.translate's PackageTranslation (the uncached
+# one: beams differ) at each beam size. One process for every job: importing argostranslate (spaCy) takes ~10 s.
 ARGOS_RUN = """
 import json, sys
+from pathlib import Path
 from argostranslate import package, settings, translate
-req = json.load(sys.stdin)
-package.install_from_path(req["package"])
-settings.compute_type = req["compute"]
-languages = {lang.code: lang for lang in translate.get_installed_languages()}
-translation = languages[req["from"]].get_translation(languages[req["to"]])
-translation = getattr(translation, "underlying", translation)
 out = []
-for beam in req["beams"]:
-    settings.beam_size = beam
-    out.append([translation.translate(line) for line in req["lines"]])
+for job in json.load(sys.stdin):
+    settings.package_data_dir = Path(job["dir"])
+    settings.package_data_dir.mkdir(parents=True)
+    settings.package_dirs = [settings.package_data_dir]
+    translate.installed_translates.clear()
+    package.install_from_path(job["package"])
+    settings.compute_type = job["compute"]
+    languages = {lang.code: lang for lang in translate.get_installed_languages()}
+    translation = languages[job["from"]].get_translation(languages[job["to"]])
+    translation = getattr(translation, "underlying", translation)
+    per_beam = []
+    for beam in job["beams"]:
+        settings.beam_size = beam
+        per_beam.append([translation.translate(line) for line in job["lines"]])
+    out.append(per_beam)
 json.dump(out, sys.stdout)
 """
 
@@ -83,11 +93,21 @@ def _argos_env(home: Path) -> dict[str, str]:
                 ARGOS_PACKAGE_INDEX=(home / "index").as_uri() + "/", ARGOS_DEVICE_TYPE="cpu")
 
 
-def argos_translate(package: Path, lines: list[str], beams: tuple[int, ...], compute: str, home: Path,
-                    langs: tuple[str, str] = ("en", "de")) -> list[list[str]]:
-    """Argos Translate's translations of `lines`, one list per beam size."""
-    request = {"package": str(package), "lines": lines, "beams": list(beams), "compute": compute,
-               "from": langs[0], "to": langs[1]}
+@dataclasses.dataclass
+class ArgosJob:
+    """One package translated by Argos: `lines` at each beam size, with Argos' `compute` type."""
+    package: Path
+    lines: list[str]
+    beams: tuple[int, ...]
+    compute: str
+    langs: tuple[str, str] = ("en", "de")
+
+
+def argos_translate(jobs: list[ArgosJob], home: Path) -> list[list[list[str]]]:
+    """Argos Translate's translations for each job, one list of lines per beam size, from one Argos process."""
+    request = [{"package": str(job.package), "lines": job.lines, "beams": list(job.beams), "compute": job.compute,
+                "from": job.langs[0], "to": job.langs[1], "dir": str(home / "packages" / f"job{i}")}
+               for i, job in enumerate(jobs)]
     done = subprocess.run([sys.executable, "-c", ARGOS_RUN], input=json.dumps(request), capture_output=True,
                           text=True, env=_argos_env(home), timeout=TIMEOUT)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -137,6 +157,23 @@ def packages(export_models, tmp_path_factory) -> dict[tuple[str, str], Path]:
                                       quantization="none")
         out[kind, "int8"] = export(export_models[kind], "argos", root / f"{kind}.argosmodel")
     return out
+
+
+def two_sentence_lines(lines: list[str]) -> list[tuple[str, str]]:
+    """Up to 5 pairs of consecutive lines that read as two sentences when joined (Argos splits them again)."""
+    return [(a, b) for a, b in zip(lines[::2], lines[1::2]) if a.endswith(".") and b[:1].isupper()][:5]
+
+
+@pytest.fixture(scope="module")
+def argos_outputs(packages, export_lines, tmp_path_factory) -> dict[tuple[str, str], list[list[str]]]:
+    """(kind, "float32" | "int8") -> Argos' translations per beam size: float32 at beams 4 and 1 of the lines and
+    of two-sentence paragraphs; int8 (Argos' default run: compute type auto) at beam 4 of the lines."""
+    joined = [f"{a} {b}" for a, b in two_sentence_lines(export_lines)]
+    jobs = {(kind, "float32"): ArgosJob(packages[kind, "float32"], export_lines + joined, (4, 1), "default")
+            for kind in KINDS}
+    jobs |= {(kind, "int8"): ArgosJob(packages[kind, "int8"], export_lines, (4,), "auto") for kind in KINDS}
+    outputs = argos_translate(list(jobs.values()), tmp_path_factory.mktemp("argos-home"))
+    return dict(zip(jobs, outputs, strict=True))
 
 
 # ---- the sentence splitter
@@ -193,17 +230,15 @@ def test_separate_vocabularies_refused(export_models, tmp_path):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_argos_translates_as_nmt(kind, packages, export_models, export_lines, demo_raw, tmp_path):
+def test_argos_translates_as_nmt(kind, argos_outputs, export_models, export_lines, demo_raw, packages, tmp_path):
     """float32: greedy and beam 4 identical to nmt on MIN_IDENTICAL lines of 100, not counting lines where nmt's
     translation has an <unk> (Argos replaces it by a source word: replace_unknowns=True), and two-sentence
     paragraphs come out as their sentences' translations; int8 (Argos' default run) within INT8_BLEU_DELTA BLEU
     of nmt's float32 against the references."""
     checkpoint, lines = export_models[kind], export_lines
     ours = {beam: nmt_translate(checkpoint, lines, beam) for beam in (4, 1)}
-    pairs = [(a, b) for a, b in zip(lines[::2], lines[1::2]) if a.endswith(".") and b[:1].isupper()][:5]
-    theirs = argos_translate(packages[kind, "float32"], lines + [f"{a} {b}" for a, b in pairs], (4, 1), "default",
-                             tmp_path / "fp32")
-    for beam, got in zip((4, 1), theirs):
+    pairs = two_sentence_lines(lines)
+    for beam, got in zip((4, 1), argos_outputs[kind, "float32"], strict=True):
         (texts, unk), index = ours[beam], {line: i for i, line in enumerate(lines)}
         same = _identical(texts, got[:len(lines)], lines, f"{kind} beam {beam}")
         with_unk = sum(texts[i] != got[i] for i in unk)
@@ -212,10 +247,11 @@ def test_argos_translates_as_nmt(kind, packages, export_models, export_lines, de
         if beam == 4:  # the differences are Argos' search options: CTranslate2 with them answers as Argos does
             direct = ct2_as_argos(packages[kind, "float32"], lines, tmp_path / "unpacked")
             assert _identical(direct, got[:len(lines)], lines, f"{kind} CTranslate2 with Argos' options") >= 99
-        for (a, b), text in zip(pairs, got[len(lines):]):
+        assert len(got) == len(lines) + len(pairs)
+        for (a, b), text in zip(pairs, got[len(lines):], strict=True):
             if texts[index[a]] == got[index[a]] and texts[index[b]] == got[index[b]]:
                 assert text == f"{texts[index[a]]} {texts[index[b]]}"
-    int8 = argos_translate(packages[kind, "int8"], lines, (4,), "auto", tmp_path / "int8")[0]
+    int8 = argos_outputs[kind, "int8"][0]
     refs = [Path(demo_raw["test"] + ".de").read_text(encoding="utf-8").splitlines()[:len(lines)]]
     bleu = {what: sacrebleu.corpus_bleu(out, refs).score for what, out in (("nmt", ours[4][0]), ("int8", int8))}
     print(f"{kind} BLEU: nmt float32 {bleu['nmt']:.1f}, Argos int8 (its default compute type) {bleu['int8']:.1f}; "
