@@ -5,14 +5,21 @@ comma of "`Applications`, then" away from its code span: those bytes are layout,
 
 Shared by the HTML path (nmt.translation.documents.html_inline: tokens) and Markdown (nmt.translation.documents.md:
 runs), each giving its pieces as `Bit`s: only a "text" bit next to an "atom" bit of the same `group` (an HTML
-paragraph's tags are bits of their own kind; a Markdown run's group is its formatting path) is glued. A sentence end
+paragraph's tags are bits of their own kind; a Markdown run's group is its formatting path) is glued. Office and ODT
+paragraphs (whose atoms are elements among text runs: a footnote reference, a drawing, a slide number, an ODT field)
+give their runs and groups to nmt.translation.documents.inline.Paragraph, which glues them with `glue_runs`: an atom
+with its separators is one atom there, written back as the source slices it is made of. A sentence end
 (".", "!", "?"... then a space) is never taken: it still cuts the sentences, and the model still sees it."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+
+from nmt.translation.documents.parts import Run
+
+Slices = list[tuple[int, int, int]]  # (run, start, end) of the runs given
 
 # An opening bracket or quote written against the atom's start (after a space or at the text's start); a closing
 # one, a comma, colon or semicolon against its end (up to a space, a sentence end or the text's end).
@@ -71,3 +78,42 @@ def _separator(text: str) -> bool:
     """Whether text between two atoms is only spaces and punctuation that ends no sentence (a sentence ends with
     its punctuation then a space, as nmt.translation.documents.sentences splits: "`$`...`$`" is one atom)."""
     return not any(c.isalnum() for c in text) and not _ENDS.search(text)
+
+
+def glue_runs(runs: Sequence[Run], groups: Sequence[Hashable]) -> tuple[list[Run], list[Slices]]:
+    """`runs` with each atom's separators made part of it (the module's rule), for formats whose runs are elements:
+    `groups[k]` is run k's group (text and an atom glue only within one: a format's containers other than formatting,
+    a link, an insertion), None for an atom that takes no separators (one a reader does not see, a tab). Returns the
+    new runs and, for each, the slices of `runs` it is made of (an atom with its separators: several)."""
+    bits: list[Bit] = []
+    for run, group in zip(runs, groups, strict=True):
+        kind = "text" if not run.atom else "atom" if group is not None else "other"
+        if kind == "text" and bits and bits[-1].kind == "text" and bits[-1].group == group:
+            bits[-1] = Bit("text", bits[-1].raw + run.text, bits[-1].text + run.text, group)
+        else:
+            bits.append(Bit(kind, run.text, run.text, group if kind != "other" else object()))
+    ends, at = [], 0  # each run's end in the joined raw text
+    for run in runs:
+        at += len(run.text)
+        ends.append(at)
+    out: list[Run] = []
+    slices: list[Slices] = []
+    k, at = 0, 0  # the run holding offset `at`
+    for bit in glue_separators(bits):
+        parts: Slices = []
+        stop = at + len(bit.raw)
+        while at < stop:
+            while ends[k] <= at:
+                k += 1
+            start = at - (ends[k] - len(runs[k].text))
+            end = min(stop, ends[k]) - (ends[k] - len(runs[k].text))
+            parts.append((k, start, end))
+            at += end - start
+        if bit.kind == "text":
+            out += [Run(runs[r].text[a:b], runs[r].path) for r, a, b in parts]
+            slices += [[part] for part in parts]
+        else:
+            atom = next(r for r, _, _ in parts if runs[r].atom)
+            out.append(Run("".join(runs[r].text[a:b] for r, a, b in parts), runs[atom].path, atom=True))
+            slices.append(parts)
+    return out, slices

@@ -39,7 +39,8 @@ class OdfParagraph:
         self._atoms: dict[int, etree._Element] = {}
         self._containers: dict[object, etree._Element] = {}
         self._scan(p, ())
-        self.paragraph = Paragraph(self._runs, translatable)
+        groups = [run.path if not run.atom or _seen(self._atoms[k]) else None for k, run in enumerate(self._runs)]
+        self.paragraph = Paragraph(self._runs, translatable, groups=groups)
 
     def _scan(self, el: etree._Element, path: tuple[object, ...]) -> None:
         self._text(el.text, path)
@@ -82,6 +83,15 @@ class OdfParagraph:
                 parent.append(atom)
             else:
                 _append_text(parent, piece.text)
+
+
+def _seen(atom: etree._Element) -> bool:
+    """Whether a reader sees an atom as text or an object (a field, a note's citation, a frame), so that the
+    punctuation written against it goes with it (nmt.translation.documents.atoms); spaces, tabs, breaks, bookmarks,
+    reference marks and comments (office:annotation: not in the text's flow) leave it with the words."""
+    if not isinstance(atom.tag, str) or local(atom) in ("annotation", "annotation-end"):
+        return False
+    return local(atom) == "frame" or bool("".join(atom.itertext()).strip())
 
 
 def _append_text(parent: etree._Element, text: str) -> None:

@@ -109,7 +109,8 @@ class OoxmlParagraph:
         self.head = [c for c in children[:1] if local(c) == "pPr"]
         self.tail = [c for c in children if local(c) in d.keep_last]
         self._scan_list([c for c in children if c not in self.head and c not in self.tail], ())
-        self.paragraph = Paragraph(self._paths(), translatable)
+        runs = self._paths()
+        self.paragraph = Paragraph(runs, translatable, groups=self._groups(runs))
 
     def _scan_list(self, children: list[etree._Element], outer: tuple[object, ...]) -> None:
         """Siblings: brackets (fields, ranges) become containers around what they hold, the rest is scanned."""
@@ -205,6 +206,13 @@ class OoxmlParagraph:
             previous = (outer, key)
             runs.append(Run(text, path, atom))
         return runs
+
+    def _groups(self, runs: list[Run]) -> list[object]:
+        """Each run's group for the separators of atoms (nmt.translation.documents.atoms.glue_runs): its containers
+        other than formatting (a link, an insertion, a field); None for an atom a reader does not see as text or an
+        object (a bookmark, a deletion, a tab or break): the punctuation beside it stays with the words."""
+        return [tuple(h for h in run.path if h[0] != "r") if not run.atom or source.shows.strip() else None  # type: ignore[index]
+                for run, source in zip(runs, self._sources, strict=True)]
 
     def write(self, pieces: list[Piece]) -> None:
         """The paragraph's body rebuilt from `pieces` (in target order); untouched if all are source copies."""
