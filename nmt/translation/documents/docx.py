@@ -20,19 +20,23 @@ from pathlib import Path
 
 from nmt.translation.documents.inline import Paragraph, Piece
 from nmt.translation.documents.office_ooxml import Dialect, Parts, translate_package
+from nmt.translation.documents.ooxml_marks import REVISIONS
 from nmt.translation.documents.pptx import A
 
 W = Dialect("http://schemas.openxmlformats.org/wordprocessingml/2006/main",
             wrappers=frozenset({"hyperlink", "ins", "moveTo", "smartTag", "customXml", "sdt", "fldSimple"}),
             props=frozenset({"smartTagPr", "customXmlPr", "sdtPr", "sdtEndPr", "fldData"}), fields=True,
             preserve_space=True, dropped=frozenset({"proofErr"}),
-            not_formatting=frozenset({"lang", "noProof"}))  # and every w:rsid* attribute
+            not_formatting=frozenset({"lang", "noProof"}),  # and every w:rsid* attribute
+            language="lang", revisions=REVISIONS)
 PARTS = re.compile(r"word/(document|header\d*|footer\d*|footnotes|endnotes|comments)\.xml")
 # SmartArt (its data and the drawing Word shows) and chart titles hold DrawingML paragraphs (a:p)
 DRAWINGML = re.compile(r"word/(diagrams/(data|drawing)\d+|charts/chart\d+)\.xml")
 
 
-def translate(src: Path, dst: Path, translate_paragraphs: Callable[[list[Paragraph]], list[list[Piece]]]) -> int:
-    """`src` translated into `dst`; the number of paragraphs translated."""
+def translate(src: Path, dst: Path, translate_paragraphs: Callable[[list[Paragraph]], list[list[Piece]]],
+              languages: tuple[str, str] | None = None) -> int:
+    """`src` translated into `dst`; the number of paragraphs translated. `languages`: the model's (source, target),
+    for the language of translated runs (nmt.translation.documents.ooxml_marks)."""
     rules = [Parts(PARTS, W), Parts(DRAWINGML, A)]
-    return translate_package(src, dst, "docx", "word/document.xml", rules, translate_paragraphs)
+    return translate_package(src, dst, "docx", "word/document.xml", rules, translate_paragraphs, languages)

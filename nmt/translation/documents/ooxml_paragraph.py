@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from lxml import etree
 
 from nmt.translation.documents.inline import Paragraph, Piece, Run
+from nmt.translation.documents.ooxml_marks import Marks
 
 ATOM_TEXT = "\ufffc"  # an atom's text: never sent to the model
 XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
@@ -49,6 +50,8 @@ class Dialect:
     preserve_space: bool = False  # w:t needs xml:space="preserve" to keep edge spaces
     dropped: frozenset[str] = frozenset()  # paragraph children left out of a rebuilt paragraph (w:proofErr)
     not_formatting: frozenset[str] = frozenset()  # rPr attributes and children that do not change the look
+    language: str = ""  # the rPr child whose attributes name the language (w:lang); "": the rPr's own (a:rPr/@lang)
+    revisions: frozenset[str] = frozenset()  # revision marks, each with an id of its own (w:ins, w:rPrChange...)
 
     def tag(self, local: str) -> str:
         return f"{{{self.ns}}}{local}"
@@ -98,8 +101,11 @@ class _Source:
 class OoxmlParagraph:
     """One w:p / a:p: `paragraph` to translate; `write(pieces)` puts the rendered pieces back."""
 
-    def __init__(self, p: etree._Element, d: Dialect, translatable: Callable[[str], bool] = lambda t: True):
-        self.p, self.d = p, d
+    def __init__(self, p: etree._Element, d: Dialect, translatable: Callable[[str], bool] = lambda t: True,
+                 marks: Marks | None = None):
+        """`marks`: the part's (nmt.translation.documents.ooxml_marks): the target language written on translated
+        runs, fresh ids for copied revision marks; None: neither."""
+        self.p, self.d, self.marks = p, d, marks
         self._runs: list[tuple[str, tuple[object, ...], bytes | None, bool]] = []  # text, outer path, rPr key, atom
         self._sources: list[_Source] = []
         self._wrappers: dict[object, etree._Element] = {}  # ("w", n): the element copied around its words
@@ -218,6 +224,7 @@ class OoxmlParagraph:
         """The paragraph's body rebuilt from `pieces` (in target order); untouched if all are source copies."""
         if all(p.source is not None for p in pieces):
             return
+        ids = self.marks.ids(self.p) if self.marks is not None else None
         for child in list(self.p):
             self.p.remove(child)
         self.p.extend(self.head)
@@ -240,6 +247,8 @@ class OoxmlParagraph:
             self._close(*stack.pop())
         self.p.extend(self.tail)
         self._merge()
+        if self.marks is not None:
+            self.marks.renumber(self.p, ids)  # type: ignore[arg-type]
 
     def _open(self, handle: object, parent: etree._Element) -> etree._Element:
         """A container entered in `parent`: a bracket's start markers, or a copy of a wrapper (its properties
@@ -273,7 +282,11 @@ class OoxmlParagraph:
         t.text = piece.text
         if self.d.preserve_space and piece.text != piece.text.strip():
             t.set(XML_SPACE, "preserve")
-        return self._run(self._rpr.get(piece.path[-1] if piece.path else (), None), [t])
+        r = self._run(self._rpr.get(piece.path[-1] if piece.path else (), None), [t])
+        rpr = r.find(self.d.tag("rPr"))
+        if piece.source is None and rpr is not None and self.marks is not None and self.marks.language is not None:
+            self.marks.language.relabel(rpr, self.d)  # the model's words: the target language
+        return r
 
     def _run(self, rpr: etree._Element | None, content: list[etree._Element]) -> etree._Element:
         r = etree.Element(self.d.tag("r"))
