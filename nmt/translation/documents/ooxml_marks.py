@@ -22,14 +22,24 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from lxml import etree
 
 from nmt.langcodes import LANGUAGE_NAMES, canonical_or_none
 
-if TYPE_CHECKING:
-    from nmt.translation.documents.ooxml_paragraph import Dialect
+
+class Dialect(Protocol):
+    """What is read of nmt.translation.documents.ooxml_paragraph.Dialect (a vocabulary's names): its language
+    child of rPr ("": the rPr's own attributes), its revision marks, its tags."""
+
+    @property
+    def language(self) -> str: ...
+
+    @property
+    def revisions(self) -> frozenset[str]: ...
+
+    def tag(self, local: str) -> str: ...
 
 # The region Word writes with a language (its "Set Proofing Language" list); others: the bare code.
 WORD_REGIONS = {"ar": "ar-SA", "bg": "bg-BG", "ca": "ca-ES", "cs": "cs-CZ", "da": "da-DK", "de": "de-DE",
