@@ -9,6 +9,7 @@ Word (PowerPoint) proofs, hyphenates and reads it aloud as such.
   the target's language (`de-AT` stays); `w:eastAsia` and `w:bidi` become the target only where they named the
   source language (the model's, else the run's `w:val`): otherwise they name the text of another script, which the
   translation did not write. DrawingML (pptx, SmartArt, charts) `a:rPr/@lang` and `@altLang` likewise.
+- The paragraph mark of a rebuilt paragraph (w:pPr/w:rPr, a:endParaRPr: what text typed at its end takes) likewise.
 - Only what is written: a run without a language mark follows its style or the document's default (styles.xml,
   kept byte for byte); a kept run (an atom, a source copy, a deletion) keeps its mark: its text is the source's.
 - A model whose languages are not language codes ("src", "tgt") leaves every mark as it was.
@@ -96,6 +97,18 @@ class Marks:
     def __init__(self, root: etree._Element, d: Dialect, language: Language | None = None):
         self.root, self.d, self.language = root, d, language
         self._next: int | None = None  # the next fresh id, found when one is first needed
+
+    def rebuilt(self, p: etree._Element, ids: Counter[str]) -> None:
+        """A paragraph rebuilt with translated runs: its revision marks renumbered (`renumber`), and its paragraph
+        mark's language (w:pPr/w:rPr, a:endParaRPr: what text typed at its end takes) the target's."""
+        self.renumber(p, ids)
+        if self.language is None:
+            return
+        for child in p:
+            rpr = child.find(self.d.tag("rPr")) if child.tag == self.d.tag("pPr") else \
+                child if child.tag == self.d.tag("endParaRPr") else None
+            if rpr is not None:
+                self.language.relabel(rpr, self.d)
 
     def ids(self, p: etree._Element) -> Counter[str]:
         """The revision ids in a paragraph (before it is rebuilt: each may be written once again)."""

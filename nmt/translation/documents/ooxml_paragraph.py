@@ -248,7 +248,7 @@ class OoxmlParagraph:
         self.p.extend(self.tail)
         self._merge()
         if self.marks is not None:
-            self.marks.renumber(self.p, ids)  # type: ignore[arg-type]
+            self.marks.rebuilt(self.p, ids)  # type: ignore[arg-type]
 
     def _open(self, handle: object, parent: etree._Element) -> etree._Element:
         """A container entered in `parent`: a bracket's start markers, or a copy of a wrapper (its properties

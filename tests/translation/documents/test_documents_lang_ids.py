@@ -5,6 +5,7 @@ as Word and PowerPoint write them, translated by the fake translator of tests.he
 
 from __future__ import annotations
 
+import inspect
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -47,13 +48,16 @@ def langs(root: etree._Element) -> dict[str, dict[str, str]]:
 def test_translated_runs_name_the_target_language_and_kept_runs_keep_theirs(tmp_path: Path) -> None:
     mixed = '<w:lang w:val="en-US" w:eastAsia="ja-JP" w:bidi="en-GB"/>'
     src = docx_with(tmp_path / "in.docx",
-                    word_run("The red car ", '<w:lang w:val="en-US"/>') + word_run("is", f"<w:b/>{mixed}")
+                    '<w:pPr><w:rPr><w:lang w:val="en-US"/></w:rPr></w:pPr>'
+                    + word_run("The red car ", '<w:lang w:val="en-US"/>') + word_run("is", f"<w:b/>{mixed}")
                     + '<w:r><w:rPr><w:lang w:val="en-US"/></w:rPr><w:drawing/></w:r>'
                     + word_run(" fast.", '<w:lang w:val="en-US"/>'),
                     word_run("Servus and good day.", '<w:lang w:val="de-AT"/>')
                     + f'<w:del w:id="1" {REV}><w:r><w:rPr><w:lang w:val="en-US"/></w:rPr>'
                       '<w:delText>old</w:delText></w:r></w:del>')
-    got = langs(document(src))
+    root = document(src)
+    got = langs(root)
+    assert root.find(f".//{W}pPr/{W}rPr/{W}lang").get(W + "val") == "de-DE"  # the paragraph mark's too
     assert got["FAST."] == {"val": "de-DE"} and got["CAR RED THE"] == {"val": "de-DE"}
     # eastAsia named another script's language: kept; bidi named the source language: the target
     assert got["IS"] == {"val": "de-DE", "eastAsia": "ja-JP", "bidi": "de-DE"}
@@ -90,6 +94,8 @@ def test_the_model_languages_reach_the_office_formats() -> None:
     tokenizer = SimpleNamespace(src_lang="en", tgt_lang="fr")
     assert documents.languages(SimpleNamespace(langs=None, tokenizer=tokenizer)) == ("en", "fr")
     assert documents.languages(SimpleNamespace(tokenizer=None)) is None
+    for module in (docx_format, pptx_format):  # translate_document gives them by this parameter's name
+        assert "languages" in inspect.signature(module.translate).parameters
 
 
 def revision_ids(root: etree._Element) -> list[str]:
