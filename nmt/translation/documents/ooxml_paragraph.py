@@ -34,7 +34,8 @@ XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
 BREAKS = {"tab": "\t", "ptab": "\t", "br": "\n", "cr": "\n"}  # what an atom shows, for the spacing around it
 INVISIBLE = frozenset({"bookmarkStart", "bookmarkEnd", "commentRangeStart", "commentRangeEnd", "proofErr", "del",
                        "moveFrom", "moveFromRangeStart", "moveFromRangeEnd", "moveToRangeStart", "moveToRangeEnd",
-                       "permStart", "permEnd", "lastRenderedPageBreak", "fldChar", "instrText", "endParaRPr"})
+                       "permStart", "permEnd", "lastRenderedPageBreak", "fldChar", "instrText", "endParaRPr",
+                       "commentReference", "annotationRef"})  # a comment's anchor: a mark in the margin, not text
 
 
 @dataclass(frozen=True)

@@ -102,3 +102,13 @@ def test_odt_field_keeps_its_parenthesis_and_a_bookmark_takes_none() -> None:
     odf.write(reverse_upper([odf.paragraph])[0])
     written = etree.tostring(p, encoding="unicode")
     assert "(<text:page-number>3</text:page-number>)," in written and written.count("(") == 2
+
+
+def test_a_comment_anchor_takes_no_punctuation(tmp_path: Path) -> None:
+    # a comment's reference mark is shown in the margin, not in the text: ")," after it stays with the words
+    anchor = ('<w:commentRangeEnd w:id="0"/><w:r><w:rPr><w:rStyle w:val="CommentReference"/></w:rPr>'
+              '<w:commentReference w:id="0"/></w:r>')
+    sent, (p,) = translated(tmp_path, word_run("A cat (see ") + '<w:commentRangeStart w:id="0"/>'
+                            + word_run("the note") + anchor + word_run("), then go."))
+    assert sent == ["A cat (see the note), then go."]
+    assert len(list(p.iter(W + "commentReference"))) == 1
