@@ -14,7 +14,9 @@ between its begin..separate runs and its end run; a bookmark or comment range ho
 whose markers are written around the aligned target words; a field's instruction is kept. Proofing marks (w:proofErr)
 are dropped from a rebuilt paragraph (they marked source words). Anything else is an atom, kept as it is at its
 anchored place: a run's other children (tab, break, drawing, note reference: written in a run of their own with a copy
-of the rPr), deletions (w:del, w:moveFrom: the text as it was), empty bookmarks, a:fld, a:br.
+of the rPr), deletions (w:del, w:moveFrom: the text as it was), empty bookmarks, a:fld, a:br, and the text of a run
+in a character style of code (Dialect.code_styles: pandoc's VerbatimChar, Word's HTML Code), as inline code is kept
+in Markdown and HTML.
 Writing: a text piece becomes a run with a copy of its container's rPr (consecutive pieces of one container, one
 run); a paragraph whose pieces are all source copies is left untouched."""
 
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from lxml import etree
 
 from nmt.translation.documents.inline import Paragraph, Piece, Run
+from nmt.translation.documents.ooxml_brackets import brackets, local
 from nmt.translation.documents.ooxml_marks import Marks
 
 ATOM_TEXT = "\ufffc"  # an atom's text: never sent to the model
@@ -53,13 +56,10 @@ class Dialect:
     not_formatting: frozenset[str] = frozenset()  # rPr attributes and children that do not change the look
     language: str = ""  # the rPr child whose attributes name the language (w:lang); "": the rPr's own (a:rPr/@lang)
     revisions: frozenset[str] = frozenset()  # revision marks, each with an id of its own (w:ins, w:rPrChange...)
+    code_styles: frozenset[str] = frozenset()  # character styles of code (lower case): their runs' text is atoms
 
     def tag(self, local: str) -> str:
         return f"{{{self.ns}}}{local}"
-
-
-def local(el: etree._Element) -> str:
-    return etree.QName(el).localname if isinstance(el.tag, str) else ""
 
 
 def rpr_key(rpr: etree._Element | None, d: Dialect) -> bytes:
@@ -158,10 +158,12 @@ class OoxmlParagraph:
         elif name == "r" and not self._in_field(el):
             rpr = el.find(self.d.tag("rPr"))
             key = rpr_key(rpr, self.d)
+            style = rpr.find(self.d.tag("rStyle")) if rpr is not None else None
+            code = style is not None and style.get(self.d.tag("val"), "").lower() in self.d.code_styles
             for child in el:
                 if child is rpr:
                     continue
-                if local(child) == "t":
+                if local(child) == "t" and not code:
                     self._add(child.text or "", outer, key, _Source(rpr=rpr))
                 else:
                     self._add(ATOM_TEXT, outer, key, _Source(rpr, child, True, visible(child, self.d)), atom=True)
@@ -328,67 +330,6 @@ class OoxmlParagraph:
             if shows:
                 spaced = shows[-1].isspace()
         return out
-
-
-def brackets(children: list[etree._Element], d: Dialect) -> dict[int, tuple[int, int]]:
-    """Well-nested brackets among siblings: complex fields with a result (begin..separate runs, the end run) and
-    comment and bookmark ranges holding something: first start index -> (last start index, end index)."""
-    found = {**_ranges(children, d), **(_fields(children, d) if d.fields else {})}
-    kept: dict[int, tuple[int, int]] = {}
-    stack: list[tuple[int, int]] = []
-    for first in sorted(found):
-        last, end = found[first]
-        while stack and stack[-1][1] < first:
-            stack.pop()
-        if stack and (first <= stack[-1][0] or end > stack[-1][1]):
-            continue  # inside a field's instruction, or crossing: left as atoms
-        kept[first] = (last, end)
-        stack.append((last, end))
-    return kept
-
-
-def _fields(children: list[etree._Element], d: Dialect) -> dict[int, tuple[int, int]]:
-    """Complex fields whose begin, separate and end runs are all among `children` and whose result holds text:
-    begin index -> (separate index, end index). A field nested in another's instruction is part of it."""
-    out: dict[int, tuple[int, int]] = {}
-    stack: list[list[int]] = []
-    for k, el in enumerate(children):
-        chars = el.findall(d.tag("fldChar")) if local(el) == "r" else []
-        if len(chars) != 1 or el.find(d.tag("t")) is not None:
-            continue
-        kind = chars[0].get(d.tag("fldCharType"))
-        if kind == "begin":
-            stack.append([k, -1])
-        elif kind == "separate" and stack:
-            stack[-1][1] = k
-        elif kind == "end" and stack:
-            begin, separate = stack.pop()
-            result = children[separate + 1:k] if separate >= 0 else []
-            if not stack and any(r.find(".//" + d.tag("t")) is not None for r in result):
-                out[begin] = (separate, k)
-    return out
-
-
-def _ranges(children: list[etree._Element], d: Dialect) -> dict[int, tuple[int, int]]:
-    """Comment and bookmark ranges (start and end markers, by id) that are well nested and hold something:
-    start index -> (start index, end index). Others stay atoms."""
-    stack: list[tuple[str, str, int]] = []
-    out: dict[int, tuple[int, int]] = {}
-    for k, el in enumerate(children):
-        name = local(el)
-        kind = name[:-5] if name.endswith("Start") else name[:-3] if name.endswith("End") else ""
-        if kind not in ("commentRange", "bookmark"):
-            continue
-        ident = el.get(d.tag("id"), "")
-        if name.endswith("Start"):
-            stack.append((kind, ident, k))
-        elif stack and stack[-1][:2] == (kind, ident):
-            start = stack.pop()[2]
-            if k > start + 1:
-                out[start] = (start, k)
-        else:
-            stack = []  # crossing ranges: those open stay atoms
-    return out
 
 
 def _same_rpr(a: etree._Element, b: etree._Element, d: Dialect) -> bool:

@@ -112,3 +112,18 @@ def test_a_comment_anchor_takes_no_punctuation(tmp_path: Path) -> None:
                             + word_run("the note") + anchor + word_run("), then go."))
     assert sent == ["A cat (see the note), then go."]
     assert len(list(p.iter(W + "commentReference"))) == 1
+
+
+def test_inline_code_is_kept_with_its_separators(tmp_path: Path) -> None:
+    # pandoc's inline_code.docx writes `inline   code` as a run in character style VerbatimChar; Word's HTML Code too
+    code = '<w:rStyle w:val="VerbatimChar"/>'
+    sent, (p, two) = translated(
+        tmp_path, word_run("This is an example of ") + word_run("inline   code", code) + word_run(" with spaces."),
+        word_run("Open ") + word_run("Applications", code) + word_run(", ") + word_run("Utilities", '<w:rStyle '
+        'w:val="HTMLCode"/>') + word_run(" now."))
+    assert sent == ["This is an example of with spaces.", "Open now."]  # the code is never sent
+    assert "inline   code" in [t.text for t in p.iter(W + "t")]
+    assert "Applications, Utilities" in shown(two)
+    styles = [(r.findtext(f"{W}t"), r.find(f"{W}rPr/{W}rStyle").get(W + "val")) for r in two.iter(W + "r")
+              if r.find(f"{W}rPr/{W}rStyle") is not None]
+    assert styles == [("Applications", "VerbatimChar"), ("Utilities", "HTMLCode")]  # each with its own style
