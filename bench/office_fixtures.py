@@ -1,5 +1,6 @@
 """Real Word and PowerPoint files through `nmt translate`, checked for what issue 46 is about: does the output open
-(python-docx / python-pptx), how many atoms (a footnote reference, a drawing, math, an empty field, a slide number)
+(python-docx / python-pptx), how many atoms (a footnote reference, a drawing, math, an empty field, a slide number,
+inline code)
 touch a letter or another atom where they did not in the source, doubled punctuation, revision ids shared within a
 part, and runs still marked with the source language.
 
@@ -46,9 +47,19 @@ def shown(p: etree._Element) -> str:
         if el.tag in SEEN or el.tag == W + "fldSimple" and not len(el):
             out.append(MARK)
             skip = el
+        elif el.tag == W + "t" and _code(el):
+            out.append(MARK)
         elif el.tag in (W + "t", A + "t") and (el.text or ""):
             out.append(el.text)
     return "".join(out)
+
+
+def _code(t: etree._Element) -> bool:
+    """Whether a w:t is in a run of a character style of code (nmt.translation.documents.docx.CODE_STYLES)."""
+    from nmt.translation.documents.docx import CODE_STYLES
+
+    style = t.getparent().find(f"{W}rPr/{W}rStyle")
+    return style is not None and (style.get(W + "val") or "").lower() in CODE_STYLES
 
 
 def glued(text: str) -> int:
@@ -70,6 +81,9 @@ def measure(path: Path, source_lang: str) -> Counter[str]:
                 text = shown(p)
                 counts["glued atoms"] += glued(text)
                 counts["doubled punctuation"] += len(DOUBLED.findall(text))
+            codes = [t.text or "" for t in root.iter(W + "t") if _code(t)]
+            counts["code runs"] += len(codes)
+            counts.update({f"code: {text}": 1 for text in codes})
             ids = [el.get(W + "id") for n in REVISIONS for el in root.iter(W + n)
                    if not any(a.tag == FALLBACK for a in el.iterancestors())]
             counts["shared revision ids"] += len(ids) - len(set(ids))
@@ -99,6 +113,7 @@ def main() -> None:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("files", nargs="+", type=Path)
     args = parser.parse_args()
+    from nmt.errors import NmtError
     from nmt.translation.documents import translate_document
     from nmt.translation.translator import Translator
 
@@ -108,9 +123,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for src in args.files:
             dst = Path(tmp) / src.name
-            translate_document(translator, src, dst)
+            try:
+                translate_document(translator, src, dst)
+            except NmtError as e:  # refused (e.g. a main part elsewhere than word/document.xml)
+                total["refused"] += 1
+                print(f"{src.name}: refused: {e}")
+                continue
             before, after = measure(src, source_lang), measure(dst, source_lang)
             ok = opens(dst)
+            written = [k for k in before if k.startswith("code: ")]  # inline code as written in the source
+            source, kept = sum(before[k] for k in written), sum(min(before[k], after[k]) for k in written)
+            for counts in (before, after):
+                for key in [k for k in counts if k.startswith("code")]:
+                    del counts[key]
+            before["code runs as written"], after["code runs as written"] = source, kept
             total["files"] += 1
             total["open"] += ok
             for key in sorted(set(before) | set(after)):
