@@ -30,6 +30,9 @@ characters. Placement, top-down over the tree of containers of a sentence:
   before them (or before those of the unit after them), with the whitespace they had around them; units anchored
   at one place that had text between them in the source are written apart, adjacent ones stay adjacent.
 - Punctuation glued to a word stays outside a container whose source text did not have it ("<b>seven</b>!").
+- Punctuation written against an atom is the atom's, and atoms with only separators between them are one
+  (nmt.translation.documents.atoms: HTML and Markdown glue their tokens; Office and ODT give `groups`, and such an
+  atom is written back as the source slices it is made of).
 A sentence whose translation equals its text is written from its source, unchanged."""
 
 from __future__ import annotations
@@ -77,7 +80,6 @@ class Paragraph:
         budget.charge("runs", len(self.runs))
         budget.nest(max((len(run.path) for run in self.runs), default=0))
         work, self._slices = glue_runs(self.runs, groups) if groups is not None else (self.runs, None)
-        self._work = work
         starts, at = [], 0
         for run in work:
             starts.append(at)
