@@ -127,3 +127,15 @@ def test_inline_code_is_kept_with_its_separators(tmp_path: Path) -> None:
     styles = [(r.findtext(f"{W}t"), r.find(f"{W}rPr/{W}rStyle").get(W + "val")) for r in two.iter(W + "r")
               if r.find(f"{W}rPr/{W}rStyle") is not None]
     assert styles == [("Applications", "VerbatimChar"), ("Utilities", "HTMLCode")]  # each with its own style
+
+
+def test_odt_inline_code_is_kept_with_its_separators() -> None:
+    text = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
+    code = '<text:span text:style-name="Source_20_Text">{}</text:span>'
+    p = etree.fromstring(f'<text:p xmlns:text="{text}">Open {code.format("ls -l")}, {code.format("cd")} now. The '
+                         '<text:span text:style-name="T1">red</text:span> car.</text:p>')
+    odf = OdfParagraph(p)
+    assert odf.paragraph.texts == ["Open now.", "The red car."]  # the code never sent, the styled word is
+    odf.write(reverse_upper([odf.paragraph])[0])
+    written = etree.tostring(p, encoding="unicode")
+    assert f'{code.format("ls -l")}, {code.format("cd")}' in written and ">RED<" in written
