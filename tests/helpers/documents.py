@@ -1,5 +1,6 @@
-"""The document tests' fake translator (each sentence's words reversed and uppercased, word i aligned to word
-n-1-i, so a formatted word must move with its word) and comparing a zip container's members before and after."""
+"""The document tests' fake translators (`reverse_upper`: each sentence's words reversed and uppercased, word i aligned
+to word n-1-i, so a formatted word must move with its word; `upper`: in order), Word paragraphs built as Word writes
+them (`word_run`, `docx_with`), and comparing a zip container's members before and after."""
 
 from __future__ import annotations
 
@@ -28,6 +29,42 @@ def reverse_upper(paragraphs: list[Paragraph]) -> list[list[Piece]]:
                                                    [(i, n - 1 - i) for i in range(n)]))
         out.append(p.render(translations))
     return out
+
+
+def upper(paragraphs: list[Paragraph]) -> list[list[Piece]]:
+    """Each sentence's words uppercased in their order, word i aligned to word i."""
+    out = []
+    for p in paragraphs:
+        translations = []
+        for text in p.texts:
+            n = len(text.split())
+            translations.append(Aligned.from_pairs(text.upper(), n, [(i, i) for i in range(n)]))
+        out.append(p.render(translations))
+    return out
+
+
+WORD_NAMESPACES = (f'xmlns:w="{W[1:-1]}" xmlns:m="http://schemas.openxmlformats.org/officeDocument/2006/math" '
+                   'xmlns:mc="http://schemas.openxmlformats.org/markup-compatibility/2006"')
+
+
+def word_run(text: str, rpr: str = "") -> str:
+    """A w:r as Word writes it: a revision id, its properties, xml:space on a w:t with edge spaces."""
+    space = ' xml:space="preserve"' if text != text.strip() else ""
+    return f'<w:r w:rsidR="00A1B2C3">{f"<w:rPr>{rpr}</w:rPr>" if rpr else ""}<w:t{space}>{text}</w:t></w:r>'
+
+
+def docx_with(path: Path, *bodies: str) -> Path:
+    """A docx made by python-docx at `path`, one paragraph per body (the paragraph's inner XML) after a plain one."""
+    import docx
+    from docx.oxml import parse_xml
+
+    d = docx.Document()
+    d.add_paragraph("a plain paragraph")
+    body = d.element.body
+    for inner in bodies:
+        body.insert(len(body) - 1, parse_xml(f'<w:p {WORD_NAMESPACES} w:rsidR="00A1B2C3">{inner}</w:p>'))
+    d.save(path)
+    return path
 
 
 def members(path: Path) -> dict[str, bytes]:

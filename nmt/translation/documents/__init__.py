@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -128,10 +129,22 @@ def translate_document(translator: SentenceTranslator, src: Path, dst: Path, fmt
         report.sentences += sum(len(p.texts) for p in paragraphs)
         return translate_paragraphs(translator, paragraphs, glossary)
 
+    # formats that mark their text's language (docx, pptx) are given the model's languages
+    options = {"languages": languages(translator)} if "languages" in inspect.signature(module.translate).parameters \
+        else {}
     with bounded(budget or WorkBudget(src.name)), _temp_beside(dst) as tmp:
-        report.paragraphs = module.translate(src, tmp, translate)
+        report.paragraphs = module.translate(src, tmp, translate, **options)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def languages(translator: SentenceTranslator) -> tuple[str, str] | None:
+    """The model's (source, target) language codes, as its checkpoint or tokenizer names them (None: unknown)."""
+    langs = getattr(translator, "langs", None)
+    tokenizer = getattr(translator, "tokenizer", None)
+    if not langs and tokenizer is not None:
+        langs = (getattr(tokenizer, "src_lang", None), getattr(tokenizer, "tgt_lang", None))
+    return (str(langs[0]), str(langs[1])) if langs and all(langs) else None
 
 
 @contextlib.contextmanager

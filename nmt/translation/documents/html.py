@@ -8,12 +8,14 @@ HTML, and reports where each construct starts (`getpos()`), so the fragment can 
 slices are copied as they are, and only text slices that were translated are written anew.
 
 Segmentation: a paragraph runs between block boundaries (p, div, li, td, br, h1..., any tag not known to be inline,
-comments); inline elements (a, b, i, span, ...) do not end it. Its sentences are split over the text joined across the
+comments); inline elements (a, b, i, span, ..., and custom elements such as <my-widget>, inline as browsers show
+them) do not end it. Its sentences are split over the text joined across the
 inline tags, each is translated once as plain text, and each inline element is put back around the target words aligned
 to its source words by the model's cross-attention (nmt.translation.documents.inline,
 nmt.translation.documents.html_inline), so "the <b>red</b> car" is one sentence with <b>…</b> on the word for "red".
-Text not to be translated (code, kbd, var, samp, MathML, SVG, ruby annotations, mentions, URLs, text under
-translate="no") inside a sentence is an atom: never sent, kept as written, in its place among the words, with the
+Text not to be translated (code, kbd, var, samp, MathML, SVG, ruby annotations, mentions, URLs, any element under
+translate="no" or class="notranslate", descendants included: a translate="yes" inside is kept with it) inside a
+sentence is an atom: never sent, kept as written, in its place among the words, with the
 punctuation written against it (nmt.translation.documents.atoms); a <ruby>'s base text stays in its sentence.
 (LibreTranslate translates each text node apart, which gives the model fragments: "the", "red", "car".)
 """
@@ -31,7 +33,7 @@ from pathlib import Path
 
 from nmt import workbudget
 from nmt.errors import NmtError
-from nmt.translation.documents.html_inline import INLINE_TAGS, HtmlParagraph, Token, text_tokens
+from nmt.translation.documents.html_inline import HtmlParagraph, Token, inline, text_tokens
 from nmt.translation.documents.inline import Aligned, Paragraph, Piece
 from nmt.translation.documents.sentences import ABBREVIATIONS, split_sentences
 from nmt.translation.documents.txt import TranslateParagraphs, read_text, write_text
@@ -123,10 +125,10 @@ def parse_html(fragment: str, xml: bool = False) -> HtmlDoc:
                 tokens.extend(text_tokens(prose))
             if len(prose) < len(raw):
                 boundary(raw[len(prose):])
-        elif (kind == "skip" and local_name(tag) in INLINE_TAGS or kind == "start" and tag in INLINE_VOID
-              or kind == "empty" and (tag in INLINE_TAGS or tag in INLINE_VOID)):
+        elif (kind == "skip" and inline(local_name(tag)) or kind == "start" and tag in INLINE_VOID
+              or kind == "empty" and (inline(tag) or tag in INLINE_VOID)):
             tokens.append(Token("atom", raw))
-        elif kind in ("start", "end") and tag in INLINE_TAGS:
+        elif kind in ("start", "end") and inline(tag):
             tokens.append(Token("open" if kind == "start" else "close", raw, tag))
         else:
             boundary(raw)

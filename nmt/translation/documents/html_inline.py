@@ -29,6 +29,17 @@ from nmt.translation.documents.inline import Aligned, Paragraph, Path, Piece, Ru
 INLINE_TAGS = frozenset({"a", "abbr", "b", "bdi", "bdo", "big", "cite", "code", "data", "del", "dfn", "em", "font",
                          "i", "ins", "kbd", "label", "mark", "nobr", "q", "s", "samp", "small", "span", "strong",
                          "sub", "sup", "time", "tt", "u", "var", "math", "svg", "ruby", "rb", "rt", "rp", "rtc"})
+# A custom element's name (HTML's valid custom element name: a letter, then a hyphen somewhere; <my-widget>): inline,
+# as browsers show an element they do not know, so its text stays in its sentence (or, under translate="no", it is
+# one atom there).
+_CUSTOM = re.compile(r"[a-z][^\s/>A-Z]*-[^\s/>A-Z]*")
+
+
+def inline(tag: str) -> bool:
+    """Whether an element stays inside a sentence: INLINE_TAGS, or a custom element."""
+    return tag in INLINE_TAGS or _CUSTOM.fullmatch(tag) is not None
+
+
 # html.unescape's own pattern, so that decoding atom by atom gives exactly what the parser decoded.
 _CHARREF = re.compile(r"&(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)")
 _URL_LIKE = re.compile(r"(?:[a-z][a-z0-9+.-]*://|www\.|mailto:)\S*|[@#][\w.@-]+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"

@@ -30,16 +30,20 @@ characters. Placement, top-down over the tree of containers of a sentence:
   before them (or before those of the unit after them), with the whitespace they had around them; units anchored
   at one place that had text between them in the source are written apart, adjacent ones stay adjacent.
 - Punctuation glued to a word stays outside a container whose source text did not have it ("<b>seven</b>!").
+- Punctuation written against an atom is the atom's, and atoms with only separators between them are one
+  (nmt.translation.documents.atoms: HTML and Markdown glue their tokens; Office and ODT give `groups`, and such an
+  atom is written back as the source slices it is made of).
 A sentence whose translation equals its text is written from its source, unchanged."""
 
 from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from nmt import workbudget
+from nmt.translation.documents.atoms import glue_runs
 from nmt.translation.documents.parts import WORD, Aligned, Item, Node, Path, Piece, Run, Sentence  # noqa: F401  (Path: for the formats)
 from nmt.translation.documents.place import Placement
 from nmt.translation.documents.sentences import sentence_spans
@@ -66,19 +70,23 @@ class Paragraph:
     its sentences and its nesting depth."""
 
     def __init__(self, runs: Sequence[Run], translatable: Callable[[str], bool] = lambda text: True,
-                 split: Callable[[str], list[tuple[int, int]]] = sentence_spans):
+                 split: Callable[[str], list[tuple[int, int]]] = sentence_spans,
+                 groups: Sequence[Hashable] | None = None):
+        """`groups`: each run's group for nmt.translation.documents.atoms.glue_runs (the separators written against
+        an atom kept with it); None: the runs as given (HTML and Markdown glue their own)."""
         budget = workbudget.current()
         self.runs = list(runs)
         budget.charge("paragraphs")
         budget.charge("runs", len(self.runs))
         budget.nest(max((len(run.path) for run in self.runs), default=0))
+        work, self._slices = glue_runs(self.runs, groups) if groups is not None else (self.runs, None)
         starts, at = [], 0
-        for run in self.runs:
+        for run in work:
             starts.append(at)
             at += 0 if run.atom else len(run.text)
-        self._joined = joined = "".join(run.text for run in self.runs if not run.atom)
+        self._joined = joined = "".join(run.text for run in work if not run.atom)
         spans = split(joined)
-        items = _items(self.runs, starts, sorted({c for span in spans for c in span}))
+        items = _items(work, starts, sorted({c for span in spans for c in span}))
         ats = [it.at for it in items]
         self._groups: list[tuple[int, list[Item]]] = []  # (sentence index or -1, its items), in order
         self._sentences: list[_Source] = []
@@ -101,7 +109,7 @@ class Paragraph:
 
     def slices(self) -> list[tuple[int, int, int]]:
         """(run, start, end) of every source slice a rendering may copy."""
-        return [(it.run, it.start, it.end) for _, group in self._groups for it in group]
+        return [p.source for _, group in self._groups for it in group for p in self._copy(it)]  # type: ignore[misc]
 
     def render(self, translations: Sequence[Aligned | str]) -> list[Piece]:
         """The paragraph with texts[i] translated as translations[i] (a plain string: a monotone alignment)."""
@@ -114,13 +122,22 @@ class Paragraph:
             t = translations[index] if index >= 0 else None
             t = Aligned(t) if isinstance(t, str) else t
             if t is None or t.text == self._sentences[index].text:
-                out += [self._copy(it) for it in group]
+                out += [piece for it in group for piece in self._copy(it)]
             else:
-                out += Placement(_sentence(self._sentences[index], self._joined, self.runs), t, self._copy).pieces()
+                out += Placement(_sentence(self._sentences[index], self._joined), t, self._copy).pieces()
         return out
 
-    def _copy(self, it: Item) -> Piece:
-        return Piece(self.runs[it.run].text[it.start:it.end], it.path, (it.run, it.start, it.end))
+    def _copy(self, it: Item) -> list[Piece]:
+        """An item as the source slices it is (an atom glued with its separators: several, each with its run's
+        path)."""
+        if self._slices is None:
+            return [Piece(self.runs[it.run].text[it.start:it.end], it.path, (it.run, it.start, it.end))]
+        parts = self._slices[it.run]
+        if not it.atom:
+            (k, offset, _), = parts
+            parts = [(k, offset + it.start, offset + it.end)]
+        return [Piece(self.runs[k].text[a:b], it.path if not it.atom else self.runs[k].path, (k, a, b))
+                for k, a, b in parts]
 
 
 def _items(runs: list[Run], starts: list[int], cuts: list[int]) -> list[Item]:
@@ -161,7 +178,7 @@ def _owners(items: list[Item], words: list[tuple[int, int]], joined: str) -> lis
     return owners
 
 
-def _sentence(source: _Source, joined: str, runs: list[Run]) -> Sentence:
+def _sentence(source: _Source, joined: str) -> Sentence:
     """A sentence's tree of containers, its words given to the items holding most of their characters."""
     items, (a, b) = source.items, source.span
     words = [(m.start(), m.end()) for m in WORD.finditer(joined, a, b)]

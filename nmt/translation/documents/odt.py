@@ -2,11 +2,12 @@
 (nmt.translation.documents.inline).
 
 Worked on the ODF XML with lxml (odfpy, used by the tests to build and read documents, re-serializes the whole
-document on save; here only the paragraphs whose text changed are rebuilt). Parts: content.xml (body, tables, frames,
-lists) and the master pages of styles.xml (headers and footers). Containers: text:span (a style) and text:a (a link),
-nested as written. Atoms, kept as they are in their place: spaces and tabs (text:s, text:tab), line breaks,
-bookmarks, fields, frames, and notes (text:note): a note's own paragraphs are translated as paragraphs of their own,
-inside the note element, which moves with its anchor."""
+document on save; here only the paragraphs whose text changed are rebuilt). Parts: content.xml (body, tables,
+frames, lists) and the master pages of styles.xml (headers and footers). Containers: text:span (a style) and text:a
+(a link), nested as written. Atoms, kept as they are in their place: spaces and tabs (text:s, text:tab), line
+breaks, bookmarks, fields, frames, a span in a character style of code (CODE_STYLES), and notes (text:note): a
+note's own paragraphs are translated as paragraphs of their own, inside the note element, which moves with its
+anchor."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ from nmt.translation.documents.safezip import open_zip, removed_on_error
 TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
 OFFICE = "urn:oasis:names:tc:opendocument:xmlns:office:1.0"
 CONTAINERS = frozenset({"span", "a"})
+# Character styles of inline code: LibreOffice's "Source Text", "Teletype" and "User Entry", pandoc's Source_Text (a
+# span in one is an atom, as inline code is in Markdown and HTML; an automatic style deriving from one is not looked up)
+CODE_STYLES = frozenset({"Source_20_Text", "Source_Text", "Teletype", "User_20_Entry"})
 
 
 class OdfParagraph:
@@ -39,13 +43,14 @@ class OdfParagraph:
         self._atoms: dict[int, etree._Element] = {}
         self._containers: dict[object, etree._Element] = {}
         self._scan(p, ())
-        self.paragraph = Paragraph(self._runs, translatable)
+        groups = [run.path if not run.atom or _seen(self._atoms[k]) else None for k, run in enumerate(self._runs)]
+        self.paragraph = Paragraph(self._runs, translatable, groups=groups)
 
     def _scan(self, el: etree._Element, path: tuple[object, ...]) -> None:
         self._text(el.text, path)
         for child in el:  # (comments, processing instructions and entity references are atoms: no QName)
             if isinstance(child.tag, str) and etree.QName(child).namespace == TEXT and local(child) in CONTAINERS \
-                    and "".join(child.itertext()):
+                    and "".join(child.itertext()) and child.get(f"{{{TEXT}}}style-name") not in CODE_STYLES:
                 handle = (local(child), len(self._containers))
                 self._containers[handle] = child
                 self._scan(child, path + (handle,))
@@ -82,6 +87,15 @@ class OdfParagraph:
                 parent.append(atom)
             else:
                 _append_text(parent, piece.text)
+
+
+def _seen(atom: etree._Element) -> bool:
+    """Whether a reader sees an atom as text or an object (a field, a note's citation, a frame), so that the
+    punctuation written against it goes with it (nmt.translation.documents.atoms); spaces, tabs, breaks, bookmarks,
+    reference marks and comments (office:annotation: not in the text's flow) leave it with the words."""
+    if not isinstance(atom.tag, str) or local(atom) in ("annotation", "annotation-end"):
+        return False
+    return local(atom) == "frame" or bool("".join(atom.itertext()).strip())
 
 
 def _append_text(parent: etree._Element, text: str) -> None:

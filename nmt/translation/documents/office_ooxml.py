@@ -21,6 +21,7 @@ from lxml import etree
 
 from nmt import workbudget
 from nmt.translation.documents.inline import Paragraph, Piece, Run
+from nmt.translation.documents.ooxml_marks import Language, Marks
 from nmt.translation.documents.ooxml_paragraph import ATOM_TEXT, Dialect, OoxmlParagraph, local
 from nmt.translation.documents.safezip import open_zip, removed_on_error
 
@@ -86,10 +87,12 @@ class PlainText:
 
 
 def translate_package(src: Path, dst: Path, kind: str, required: str, rules: Sequence[Parts],
-                      translate_paragraphs: TranslateParagraphs) -> int:
+                      translate_paragraphs: TranslateParagraphs, languages: tuple[str, str] | None = None) -> int:
     """A docx or pptx `src` (`kind`, its main part `required`) translated into `dst`: the paragraphs of every part
-    a rule names, one part at a time as the output is written; the number of paragraphs translated."""
+    a rule names, one part at a time as the output is written; the number of paragraphs translated. `languages`:
+    the model's (source, target), for the language marks of translated runs (nmt.translation.documents.ooxml_marks)."""
     count = 0
+    language = Language.of(languages)
 
     def translated(name: str) -> bytes | None:
         nonlocal count
@@ -102,8 +105,9 @@ def translate_package(src: Path, dst: Path, kind: str, required: str, rules: Seq
             count += translate_elements(list(root.iter(rule.plain)), PlainText, translate_paragraphs)
             return part.serialize()
         twins = alternate_twins(root, d)
+        marks = Marks(root, d, language)
         count += translate_elements([p for p in root.iter(d.tag("p")) if p not in twins],
-                                    lambda p: OoxmlParagraph(p, d, translatable), translate_paragraphs)
+                                    lambda p: OoxmlParagraph(p, d, translatable, marks), translate_paragraphs)
         for fallback, choice in twins.items():
             if _text(choice, d) != _text(fallback, d):  # the choice was translated
                 fallback[:] = [c for c in fallback if local(c) == "pPr"][:1] + [

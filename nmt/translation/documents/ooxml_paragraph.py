@@ -14,7 +14,9 @@ between its begin..separate runs and its end run; a bookmark or comment range ho
 whose markers are written around the aligned target words; a field's instruction is kept. Proofing marks (w:proofErr)
 are dropped from a rebuilt paragraph (they marked source words). Anything else is an atom, kept as it is at its
 anchored place: a run's other children (tab, break, drawing, note reference: written in a run of their own with a copy
-of the rPr), deletions (w:del, w:moveFrom: the text as it was), empty bookmarks, a:fld, a:br.
+of the rPr), deletions (w:del, w:moveFrom: the text as it was), empty bookmarks, a:fld, a:br, and the text of a run
+in a character style of code (Dialect.code_styles: pandoc's VerbatimChar, Word's HTML Code), as inline code is kept
+in Markdown and HTML.
 Writing: a text piece becomes a run with a copy of its container's rPr (consecutive pieces of one container, one
 run); a paragraph whose pieces are all source copies is left untouched."""
 
@@ -27,13 +29,16 @@ from dataclasses import dataclass
 from lxml import etree
 
 from nmt.translation.documents.inline import Paragraph, Piece, Run
+from nmt.translation.documents.ooxml_brackets import brackets, local
+from nmt.translation.documents.ooxml_marks import Marks
 
 ATOM_TEXT = "\ufffc"  # an atom's text: never sent to the model
 XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
 BREAKS = {"tab": "\t", "ptab": "\t", "br": "\n", "cr": "\n"}  # what an atom shows, for the spacing around it
 INVISIBLE = frozenset({"bookmarkStart", "bookmarkEnd", "commentRangeStart", "commentRangeEnd", "proofErr", "del",
                        "moveFrom", "moveFromRangeStart", "moveFromRangeEnd", "moveToRangeStart", "moveToRangeEnd",
-                       "permStart", "permEnd", "lastRenderedPageBreak", "fldChar", "instrText", "endParaRPr"})
+                       "permStart", "permEnd", "lastRenderedPageBreak", "fldChar", "instrText", "endParaRPr",
+                       "commentReference", "annotationRef"})  # a comment's anchor: a mark in the margin, not text
 
 
 @dataclass(frozen=True)
@@ -49,13 +54,12 @@ class Dialect:
     preserve_space: bool = False  # w:t needs xml:space="preserve" to keep edge spaces
     dropped: frozenset[str] = frozenset()  # paragraph children left out of a rebuilt paragraph (w:proofErr)
     not_formatting: frozenset[str] = frozenset()  # rPr attributes and children that do not change the look
+    language: str = ""  # the rPr child whose attributes name the language (w:lang); "": the rPr's own (a:rPr/@lang)
+    revisions: frozenset[str] = frozenset()  # revision marks, each with an id of its own (w:ins, w:rPrChange...)
+    code_styles: frozenset[str] = frozenset()  # character styles of code (lower case): their runs' text is atoms
 
     def tag(self, local: str) -> str:
         return f"{{{self.ns}}}{local}"
-
-
-def local(el: etree._Element) -> str:
-    return etree.QName(el).localname if isinstance(el.tag, str) else ""
 
 
 def rpr_key(rpr: etree._Element | None, d: Dialect) -> bytes:
@@ -98,8 +102,11 @@ class _Source:
 class OoxmlParagraph:
     """One w:p / a:p: `paragraph` to translate; `write(pieces)` puts the rendered pieces back."""
 
-    def __init__(self, p: etree._Element, d: Dialect, translatable: Callable[[str], bool] = lambda t: True):
-        self.p, self.d = p, d
+    def __init__(self, p: etree._Element, d: Dialect, translatable: Callable[[str], bool] = lambda t: True,
+                 marks: Marks | None = None):
+        """`marks`: the part's (nmt.translation.documents.ooxml_marks): the target language written on translated
+        runs, fresh ids for copied revision marks; None: neither."""
+        self.p, self.d, self.marks = p, d, marks
         self._runs: list[tuple[str, tuple[object, ...], bytes | None, bool]] = []  # text, outer path, rPr key, atom
         self._sources: list[_Source] = []
         self._wrappers: dict[object, etree._Element] = {}  # ("w", n): the element copied around its words
@@ -109,7 +116,8 @@ class OoxmlParagraph:
         self.head = [c for c in children[:1] if local(c) == "pPr"]
         self.tail = [c for c in children if local(c) in d.keep_last]
         self._scan_list([c for c in children if c not in self.head and c not in self.tail], ())
-        self.paragraph = Paragraph(self._paths(), translatable)
+        runs = self._paths()
+        self.paragraph = Paragraph(runs, translatable, groups=self._groups(runs))
 
     def _scan_list(self, children: list[etree._Element], outer: tuple[object, ...]) -> None:
         """Siblings: brackets (fields, ranges) become containers around what they hold, the rest is scanned."""
@@ -150,10 +158,12 @@ class OoxmlParagraph:
         elif name == "r" and not self._in_field(el):
             rpr = el.find(self.d.tag("rPr"))
             key = rpr_key(rpr, self.d)
+            style = rpr.find(self.d.tag("rStyle")) if rpr is not None else None
+            code = style is not None and style.get(self.d.tag("val"), "").lower() in self.d.code_styles
             for child in el:
                 if child is rpr:
                     continue
-                if local(child) == "t":
+                if local(child) == "t" and not code:
                     self._add(child.text or "", outer, key, _Source(rpr=rpr))
                 else:
                     self._add(ATOM_TEXT, outer, key, _Source(rpr, child, True, visible(child, self.d)), atom=True)
@@ -206,10 +216,18 @@ class OoxmlParagraph:
             runs.append(Run(text, path, atom))
         return runs
 
+    def _groups(self, runs: list[Run]) -> list[object]:
+        """Each run's group for the separators of atoms (nmt.translation.documents.atoms.glue_runs): its containers
+        other than formatting (a link, an insertion, a field); None for an atom a reader does not see as text or an
+        object (a bookmark, a deletion, a tab or break): the punctuation beside it stays with the words."""
+        return [tuple(h for h in run.path if h[0] != "r") if not run.atom or source.shows.strip() else None  # type: ignore[index]
+                for run, source in zip(runs, self._sources, strict=True)]
+
     def write(self, pieces: list[Piece]) -> None:
         """The paragraph's body rebuilt from `pieces` (in target order); untouched if all are source copies."""
         if all(p.source is not None for p in pieces):
             return
+        ids = self.marks.ids(self.p) if self.marks is not None else None
         for child in list(self.p):
             self.p.remove(child)
         self.p.extend(self.head)
@@ -232,6 +250,8 @@ class OoxmlParagraph:
             self._close(*stack.pop())
         self.p.extend(self.tail)
         self._merge()
+        if self.marks is not None:
+            self.marks.rebuilt(self.p, ids)  # type: ignore[arg-type]
 
     def _open(self, handle: object, parent: etree._Element) -> etree._Element:
         """A container entered in `parent`: a bracket's start markers, or a copy of a wrapper (its properties
@@ -265,7 +285,11 @@ class OoxmlParagraph:
         t.text = piece.text
         if self.d.preserve_space and piece.text != piece.text.strip():
             t.set(XML_SPACE, "preserve")
-        return self._run(self._rpr.get(piece.path[-1] if piece.path else (), None), [t])
+        r = self._run(self._rpr.get(piece.path[-1] if piece.path else (), None), [t])
+        rpr = r.find(self.d.tag("rPr"))
+        if piece.source is None and rpr is not None and self.marks is not None and self.marks.language is not None:
+            self.marks.language.relabel(rpr, self.d)  # the model's words: the target language
+        return r
 
     def _run(self, rpr: etree._Element | None, content: list[etree._Element]) -> etree._Element:
         r = etree.Element(self.d.tag("r"))
@@ -306,67 +330,6 @@ class OoxmlParagraph:
             if shows:
                 spaced = shows[-1].isspace()
         return out
-
-
-def brackets(children: list[etree._Element], d: Dialect) -> dict[int, tuple[int, int]]:
-    """Well-nested brackets among siblings: complex fields with a result (begin..separate runs, the end run) and
-    comment and bookmark ranges holding something: first start index -> (last start index, end index)."""
-    found = {**_ranges(children, d), **(_fields(children, d) if d.fields else {})}
-    kept: dict[int, tuple[int, int]] = {}
-    stack: list[tuple[int, int]] = []
-    for first in sorted(found):
-        last, end = found[first]
-        while stack and stack[-1][1] < first:
-            stack.pop()
-        if stack and (first <= stack[-1][0] or end > stack[-1][1]):
-            continue  # inside a field's instruction, or crossing: left as atoms
-        kept[first] = (last, end)
-        stack.append((last, end))
-    return kept
-
-
-def _fields(children: list[etree._Element], d: Dialect) -> dict[int, tuple[int, int]]:
-    """Complex fields whose begin, separate and end runs are all among `children` and whose result holds text:
-    begin index -> (separate index, end index). A field nested in another's instruction is part of it."""
-    out: dict[int, tuple[int, int]] = {}
-    stack: list[list[int]] = []
-    for k, el in enumerate(children):
-        chars = el.findall(d.tag("fldChar")) if local(el) == "r" else []
-        if len(chars) != 1 or el.find(d.tag("t")) is not None:
-            continue
-        kind = chars[0].get(d.tag("fldCharType"))
-        if kind == "begin":
-            stack.append([k, -1])
-        elif kind == "separate" and stack:
-            stack[-1][1] = k
-        elif kind == "end" and stack:
-            begin, separate = stack.pop()
-            result = children[separate + 1:k] if separate >= 0 else []
-            if not stack and any(r.find(".//" + d.tag("t")) is not None for r in result):
-                out[begin] = (separate, k)
-    return out
-
-
-def _ranges(children: list[etree._Element], d: Dialect) -> dict[int, tuple[int, int]]:
-    """Comment and bookmark ranges (start and end markers, by id) that are well nested and hold something:
-    start index -> (start index, end index). Others stay atoms."""
-    stack: list[tuple[str, str, int]] = []
-    out: dict[int, tuple[int, int]] = {}
-    for k, el in enumerate(children):
-        name = local(el)
-        kind = name[:-5] if name.endswith("Start") else name[:-3] if name.endswith("End") else ""
-        if kind not in ("commentRange", "bookmark"):
-            continue
-        ident = el.get(d.tag("id"), "")
-        if name.endswith("Start"):
-            stack.append((kind, ident, k))
-        elif stack and stack[-1][:2] == (kind, ident):
-            start = stack.pop()[2]
-            if k > start + 1:
-                out[start] = (start, k)
-        else:
-            stack = []  # crossing ranges: those open stay atoms
-    return out
 
 
 def _same_rpr(a: etree._Element, b: etree._Element, d: Dialect) -> bool:

@@ -14,9 +14,10 @@ from nmt.translation.documents.parts import WORD, Aligned, Item, Node, Path, Pie
 
 
 class Placement:
-    """One sentence's translation placed: target word intervals for the containers, gaps for what is anchored."""
+    """One sentence's translation placed: target word intervals for the containers, gaps for what is anchored.
+    `copy`: an item as the source pieces it is."""
 
-    def __init__(self, s: Sentence, t: Aligned, copy: Callable[[Item], Piece]):
+    def __init__(self, s: Sentence, t: Aligned, copy: Callable[[Item], list[Piece]]):
         self.s, self.copy = s, copy
         spans = [(m.start(), m.end()) for m in WORD.finditer(t.text)]
         self.words = [t.text[a:b] for a, b in spans]
@@ -189,7 +190,7 @@ class Placement:
             item_indices = [i for i in item_indices if self.s.items[i].atom]  # type: ignore[index]
             if not item_indices:
                 return []
-        body = [self.copy(self.s.items[i]) for i in item_indices]  # type: ignore[index]
+        body = [piece for i in item_indices for piece in self.copy(self.s.items[i])]  # type: ignore[index]
         lead = [Piece(" ", node.path)] if after_word and space_before else []
         # a word after an atom that no word touched in the source ("<code>x</code>." -> "<code>x</code> der") is apart
         apart = space_after or (word_after and self._ends_in_atom(unit))

@@ -25,7 +25,9 @@ COMMENTS = re.compile(r"ppt/comments/comment\d+\.xml")  # legacy comments: p:cm/
 P_TEXT = "{http://schemas.openxmlformats.org/presentationml/2006/main}text"
 
 
-def translate(src: Path, dst: Path, translate_paragraphs: Callable[[list[Paragraph]], list[list[Piece]]]) -> int:
-    """`src` translated into `dst`; the number of paragraphs translated."""
+def translate(src: Path, dst: Path, translate_paragraphs: Callable[[list[Paragraph]], list[list[Piece]]],
+              languages: tuple[str, str] | None = None) -> int:
+    """`src` translated into `dst`; the number of paragraphs translated. `languages`: the model's (source, target),
+    for the language of translated runs (a:rPr/@lang, nmt.translation.documents.ooxml_marks)."""
     rules = [Parts(PARTS, A), Parts(COMMENTS, A, plain=P_TEXT)]
-    return translate_package(src, dst, "pptx", "ppt/presentation.xml", rules, translate_paragraphs)
+    return translate_package(src, dst, "pptx", "ppt/presentation.xml", rules, translate_paragraphs, languages)
