@@ -304,8 +304,9 @@ class Transformer(nn.Module):
 
     @property
     def output_weight(self) -> Tensor:
-        """The output projection's matrix [V, D]: the (tied) target embedding matrix."""
-        return self.output.weight
+        """The output projection's matrix [V, D] as the projection computes with it: the (tied) target embedding
+        matrix, or its int8 rounding while int8-aware training has swapped the projection (nmt.train.fakequant)."""
+        return getattr(self.output, "computed_weight", self.output.weight)
 
     @property
     def output_bias(self) -> Tensor | None:

@@ -14,11 +14,12 @@ import contextlib
 import itertools
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import Any
 
 import torch
+from torch import nn
 
 from nmt import checkpoint
 from nmt.checkpoint import Checkpoint
@@ -55,11 +56,19 @@ def fine_tuning_start(cfg: Config, data: DataDir, tokenizer: Tokenizer) -> dict[
     return ckpt.weights
 
 
+# What a caller may do to the model before training starts, e.g. nmt.train.fakequant's int8-aware layers: applied
+# after the model is on its device and in its training form, before the optimizer, DDP and the weights of a resume
+# or train.init_from. It must keep the state dict's keys, so that checkpoints stay in the normal format.
+ModelTransform = Callable[[Transformer], nn.Module]
+
+
 class Trainer:
     """One training run: built once (model, optimizer, data, run dir, resume), then `run()` loops."""
 
-    def __init__(self, cfg: Config, *, force: bool = False, progress: bool | None = None):
+    def __init__(self, cfg: Config, *, force: bool = False, progress: bool | None = None,
+                 model_transform: ModelTransform | None = None):
         t = cfg.train
+        self.model_transform = model_transform
         if t.threads > 0:
             torch.set_num_threads(t.threads)
         self.cfg = cfg
@@ -97,6 +106,8 @@ class Trainer:
                                              joint_vocab=self.tokenizer.joint)
         self.precision = choose(t.amp, self.device, cfg.model.d_model, training=True, option="train.amp")
         self.model = prepare(self.model, self.device, self.precision, training=True)
+        if self.model_transform is not None:
+            self.model = self.model_transform(self.model)
         self.ddp = self.dist.wrap(self.model)
         self.forward = self.ddp or self.model
         if t.compile:  # the model as a graph: fused kernels, fewer launches (shapes vary: it recompiles a few times)
@@ -306,9 +317,11 @@ class Trainer:
             self.report.info(f"averaged {n} checkpoints into {self.run_dir.average(k)}")
 
 
-def train(cfg: Config, *, force: bool = False, progress: bool | None = None) -> dict[str, Any]:
-    """Train (or resume) the run in cfg.train.run_dir; returns a summary."""
-    trainer = Trainer(cfg, force=force, progress=progress)
+def train(cfg: Config, *, force: bool = False, progress: bool | None = None,
+          model_transform: ModelTransform | None = None) -> dict[str, Any]:
+    """Train (or resume) the run in cfg.train.run_dir (its model changed by `model_transform` first, if given);
+    returns a summary."""
+    trainer = Trainer(cfg, force=force, progress=progress, model_transform=model_transform)
     try:
         return trainer.run()
     finally:
