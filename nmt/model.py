@@ -304,8 +304,7 @@ class Transformer(nn.Module):
 
     @property
     def output_weight(self) -> Tensor:
-        """The output projection's matrix [V, D] as the projection computes with it: the (tied) target embedding
-        matrix, or its int8 rounding while int8-aware training has swapped the projection (nmt.train.fakequant)."""
+        """The output projection's matrix [V, D] as it computes: the tied embeddings (nmt.train.fakequant: rounded)."""
         return getattr(self.output, "computed_weight", self.output.weight)
 
     @property

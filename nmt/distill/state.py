@@ -31,9 +31,11 @@ from nmt.rundir import RunLock
 
 INT8_STAGE = "student-int8"  # the int8-aware fine-tune of the student
 STAGES = ("clean", "teacher", "data", "student", INT8_STAGE, "score")
-# the systems the score stage translates data.test with (scores.json's keys), as people read them
-SYSTEMS = {"teacher": "teacher", "student": "student", "student_int8": "student int8 (post-training quantization)",
-           "student_int8_tuned": "student int8 (int8-aware fine-tune)"}
+# the systems the score stage translates data.test with (scores.json's keys), as people read them: the student in
+# fp32, in int8 by post-training quantization (PTQ: `--quantize int8` of the fp32 checkpoint), and in int8 after the
+# int8-aware fine-tune
+SYSTEMS = {"teacher": "teacher", "student": "student", "student_int8": "student int8 (PTQ)",
+           "student_int8_tuned": "student int8 (fine-tuned)"}
 PIPELINE_FILE = "pipeline.json"
 VERSION = 1
 

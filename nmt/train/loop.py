@@ -62,13 +62,16 @@ def fine_tuning_start(cfg: Config, data: DataDir, tokenizer: Tokenizer) -> dict[
 ModelTransform = Callable[[Transformer], nn.Module]
 
 
+def unchanged(model: Transformer) -> nn.Module:
+    return model
+
+
 class Trainer:
     """One training run: built once (model, optimizer, data, run dir, resume), then `run()` loops."""
 
     def __init__(self, cfg: Config, *, force: bool = False, progress: bool | None = None,
-                 model_transform: ModelTransform | None = None):
+                 model_transform: ModelTransform = unchanged):
         t = cfg.train
-        self.model_transform = model_transform
         if t.threads > 0:
             torch.set_num_threads(t.threads)
         self.cfg = cfg
@@ -90,7 +93,7 @@ class Trainer:
             if self.dist.main:
                 self.run_dir.check_experiment(cfg.to_dict(), force)
             self.dist.barrier()
-            self._build()
+            self._build(model_transform)
             choose_bleu_tokenize(cfg.train, self.data.langs[1], self.report.info)
             self.resumed = self._resume(force)
             self.oom = SplitOnOOM(self.counters, self.special.pad, lambda: self.optimizer.zero_grad(set_to_none=True),
@@ -99,15 +102,13 @@ class Trainer:
             self.close()
             raise
 
-    def _build(self) -> None:
+    def _build(self, model_transform: ModelTransform) -> None:
         cfg, t = self.cfg, self.cfg.train
         trainstate.seed_everything(t.seed)
         self.model = Transformer.from_config(cfg.model, *self.data.vocab_sizes, pad_id=self.special.pad,
                                              joint_vocab=self.tokenizer.joint)
         self.precision = choose(t.amp, self.device, cfg.model.d_model, training=True, option="train.amp")
-        self.model = prepare(self.model, self.device, self.precision, training=True)
-        if self.model_transform is not None:
-            self.model = self.model_transform(self.model)
+        self.model = model_transform(prepare(self.model, self.device, self.precision, training=True))
         self.ddp = self.dist.wrap(self.model)
         self.forward = self.ddp or self.model
         if t.compile:  # the model as a graph: fused kernels, fewer launches (shapes vary: it recompiles a few times)
@@ -318,9 +319,9 @@ class Trainer:
 
 
 def train(cfg: Config, *, force: bool = False, progress: bool | None = None,
-          model_transform: ModelTransform | None = None) -> dict[str, Any]:
-    """Train (or resume) the run in cfg.train.run_dir (its model changed by `model_transform` first, if given);
-    returns a summary."""
+          model_transform: ModelTransform = unchanged) -> dict[str, Any]:
+    """Train (or resume) the run in cfg.train.run_dir, its model changed by `model_transform` first; returns a
+    summary."""
     trainer = Trainer(cfg, force=force, progress=progress, model_transform=model_transform)
     try:
         return trainer.run()
