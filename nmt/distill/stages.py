@@ -137,7 +137,7 @@ def int8_config(cfg: Config, pipe: Pipeline) -> Config:
     No averaging: a mean of weights each tuned to int8's grid is not tuned to it."""
     d, student = cfg.distill, student_config(cfg, pipe)
     updates = d.int8_finetune_updates
-    peak = d.int8_finetune_lr or learning_rate(max(student.train.warmup, 1), student) / 10
+    peak = d.int8_finetune_lr or learning_rate(max(student.train.warmup, 1), student) / 50
     training = replace(student.train, run_dir=str(pipe.path / INT8_DIR), max_updates=updates, lr=peak,
                        schedule="inverse_sqrt", warmup=max(1, updates // 10), warmup_init_lr=min(1e-7, peak),
                        average_last=0, init_from=str(RunDir(pipe.path / "student").for_translation()))

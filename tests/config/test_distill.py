@@ -31,7 +31,7 @@ def test_every_key_can_be_set_with_set():
     ("distill.script_share=-0.1", r"distill.script_share must be in \[0, 1\]"),
     ("distill.langid_min_prob=2", r"distill.langid_min_prob must be in \[0, 1\]"),
     ("distill.int8_finetune_updates=-1", "distill.int8_finetune_updates must be >= 0"),
-    ("distill.int8_finetune_lr=-1e-4", r"distill.int8_finetune_lr must be >= 0 \(0: a tenth of the student's\)"),
+    ("distill.int8_finetune_lr=-1e-4", r"distill.int8_finetune_lr must be >= 0 \(0: a fiftieth of the student's\)"),
     ("distill.dir=", "distill.dir"),
     ("distill.chunk_lines=many", "config key 'distill.chunk_lines' expects int"),
     ("distill.refrences=0.5", "did you mean 'references'"),
