@@ -75,6 +75,7 @@ class FakeQuantLinear(nn.Module):
         else:
             self.register_buffer("bias", bias)
         self.quantize_input = quantize_input
+        self.input_hook: RemovableHandle | None = None  # the output projection's hook on decoder_norm
         self.train(original.training)
         # kept out of the module tree (no state dict entries, no second copy of the parameters): strip puts it back
         self.__dict__["original"] = original
@@ -120,21 +121,19 @@ def fake_quantize(model: Transformer) -> Transformer:
     paths pass: the weight in `output_weight` (FakeQuantLinear.computed_weight), the states by a hook on
     `decoder_norm`."""
     if isinstance(model.output, FakeQuantLinear):
-        return model  # already: a resumed stage builds its model once, but be safe
-    model.output = FakeQuantLinear(model.output, quantize_input=False)
+        return model  # already fake-quantized: a second hook would round the states twice
+    output = FakeQuantLinear(model.output, quantize_input=False)
+    model.output = output
     swap(model)
-    handle = model.decoder_norm.register_forward_hook(lambda _module, _args, out: fake_quantize_activation(out))
-    model.output.__dict__["input_hook"] = handle
+    output.input_hook = model.decoder_norm.register_forward_hook(lambda _m, _args, out: fake_quantize_activation(out))
     return model
 
 
 def strip_fake_quant(model: Transformer) -> Transformer:
     """`model` (in place) with its original Linear layers back (nn.Linear, the tied output projection, or CPULinear),
     holding the trained tensors, and the decoder_norm hook removed: a plain model again."""
-    hook: RemovableHandle | None = model.output.__dict__.get("input_hook") if isinstance(
-        model.output, FakeQuantLinear) else None
-    if hook is not None:
-        hook.remove()
+    if isinstance(model.output, FakeQuantLinear) and model.output.input_hook is not None:
+        model.output.input_hook.remove()
     _restore(model)
     return model
 
@@ -148,5 +147,5 @@ def _restore(module: nn.Module) -> None:
 
 
 def fake_quantized_layers(model: nn.Module) -> int:
-    """How many FakeQuantLinear layers `model` has (the stage's figures, the tests)."""
+    """How many FakeQuantLinear layers `model` has."""
     return sum(isinstance(m, FakeQuantLinear) for m in model.modules())
