@@ -111,8 +111,8 @@ class Pipeline:
             self._save(record)
             return record
         record = read_record(self.path)
-        for name in STAGES:  # a stage added since the record was written (student-int8) is still to run
-            record["stages"].setdefault(name, {"state": "pending", "figures": {}})
+        # a stage added since the record was written (student-int8) is still to run, in its place among the others
+        record["stages"] = {name: record["stages"].get(name, {"state": "pending", "figures": {}}) for name in STAGES}
         diffs = differences(record.get("settings") or {}, settings)
         if not diffs:
             return record
