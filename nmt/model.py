@@ -304,8 +304,8 @@ class Transformer(nn.Module):
 
     @property
     def output_weight(self) -> Tensor:
-        """The output projection's matrix [V, D]: the (tied) target embedding matrix."""
-        return self.output.weight
+        """The output projection's matrix [V, D] as it computes: the tied embeddings (nmt.train.fakequant: rounded)."""
+        return getattr(self.output, "computed_weight", self.output.weight)
 
     @property
     def output_bias(self) -> Tensor | None:

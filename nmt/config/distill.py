@@ -1,5 +1,6 @@
 """The `distill` section of the config: where `nmt distill` keeps its pipeline, which teacher it distils, how it
-cleans the corpus and how much of the original references the student sees. The corpus itself is the `data`
+cleans the corpus, how much of the original references the student sees and how long its int8-aware fine-tune is.
+The corpus itself is the `data`
 section's train/valid/test (read as `nmt prepare` reads them), and the student is the config's `model`, `train` and
 `decode` sections: a distillation config is an ordinary config with this section added. A module of its own for its
 size; nmt.config.experiment loads and type-checks it like any section."""
@@ -14,7 +15,8 @@ from nmt.errors import ConfigError
 
 @dataclass
 class DistillConfig:
-    """`nmt distill`: the pipeline dir, the teacher, the cleaning filters, the student's data mix."""
+    """`nmt distill`: the pipeline dir, the teacher, the cleaning filters, the student's data mix, the int8-aware
+    fine-tune."""
 
     dir: str = "runs/distill"  # the pipeline dir: pipeline.json and one folder per stage
     # The teacher, one of: an nmt checkpoint or run dir (an imported OPUS-MT / Marian checkpoint too), or a file of
@@ -47,6 +49,14 @@ class DistillConfig:
     # beside the teacher's (source, translation) one: 0 = the teacher's output only, 1 = every reference too
     references: float = 0.0
     seed: int = 1  # which pairs the references share picks
+    # The int8-aware fine-tune, after the student's training: the student trained on for this many updates with its
+    # Linear layers computed as `nmt translate --quantize int8` computes them (fake quantization, nmt.train.fakequant),
+    # so that int8 loses less of its quality. 0 = skip (the score stage still shows plain int8)
+    int8_finetune_updates: int = 200
+    # its peak learning rate (linear warmup over the first tenth of the updates, then inverse_sqrt); 0 = a fiftieth
+    # of the peak learning rate of the student's own training (a tenth moved the demo model 2 BLEU off its averaged
+    # weights, docs/distill.md)
+    int8_finetune_lr: float = 0.0
 
 
 def check_distill(d: DistillConfig) -> None:
@@ -58,9 +68,12 @@ def check_distill(d: DistillConfig) -> None:
     for key in ("chunk_lines",):
         if getattr(d, key) <= 0:
             raise ConfigError(f"distill.{key} must be > 0, got {getattr(d, key)}")
-    for key in ("teacher_beam", "max_chars", "sample"):
+    for key in ("teacher_beam", "max_chars", "sample", "int8_finetune_updates"):
         if getattr(d, key) < 0:
             raise ConfigError(f"distill.{key} must be >= 0, got {getattr(d, key)}")
+    if not (math.isfinite(d.int8_finetune_lr) and d.int8_finetune_lr >= 0):
+        raise ConfigError(f"distill.int8_finetune_lr must be >= 0 (0: a fiftieth of the student's), got "
+                          f"{d.int8_finetune_lr}")
     if not (math.isfinite(d.max_ratio) and d.max_ratio >= 1):
         raise ConfigError(f"distill.max_ratio must be >= 1, got {d.max_ratio}")
     for key in ("script_share", "langid_min_prob", "references"):

@@ -1,7 +1,8 @@
 """The stages of `nmt distill` besides the teacher's: clean the corpus, build the student's data, train the student,
-score teacher and student. Each takes the config and the pipeline and returns its figures (what pipeline.json and
-`nmt info` show); each is made of nmt's own pieces (corpus reading, prepare, train, Translator, score), so the
-student is exactly what `nmt prepare` + `nmt train` would make of the same text.
+fine-tune it for int8, score teacher and student (fp32, int8, int8 after the fine-tune). Each takes the config and
+the pipeline and returns its figures (what pipeline.json and `nmt info` show); each is made of nmt's own pieces
+(corpus reading, prepare, train, Translator, score), so the student is exactly what `nmt prepare` + `nmt train` would
+make of the same text.
 """
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ from nmt.data import corpus
 from nmt.data.prepare import prepare
 from nmt.distill import teacher
 from nmt.distill.filters import FILTERS, Cleaner
-from nmt.distill.state import Pipeline
+from nmt.distill.state import INT8_STAGE, Pipeline
 from nmt.errors import NmtError
 from nmt.io import atomic_output, atomic_write_text
 from nmt.log import console
 from nmt.rundir import RunDir
 from nmt.score import bleu_tokenizer, score
-from nmt.translation.translator import Translator
+from nmt.train.optim import learning_rate
+from nmt.translation.translator import ModelOptions, Translator
+
+INT8_DIR = INT8_STAGE  # the fine-tune's run dir in the pipeline dir: the stage's folder
 
 
 def corpus_pairs(cfg: Config, split: str) -> Iterator[tuple[str, str]]:
@@ -127,6 +131,38 @@ def student(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
             "parameters": parameters(checkpoint.load(chosen))}
 
 
+def int8_config(cfg: Config, pipe: Pipeline) -> Config:
+    """The config of the int8-aware fine-tune: the student's, its run dir student-int8/, starting from the student's
+    checkpoint (train.init_from: fresh optimizer), distill.int8_finetune_updates updates at a lower learning rate.
+    No averaging: a mean of weights each tuned to int8's grid is not tuned to it."""
+    d, student = cfg.distill, student_config(cfg, pipe)
+    updates = d.int8_finetune_updates
+    peak = d.int8_finetune_lr or learning_rate(max(student.train.warmup, 1), student) / 50
+    training = replace(student.train, run_dir=str(pipe.path / INT8_DIR), max_updates=updates, lr=peak,
+                       schedule="inverse_sqrt", warmup=max(1, updates // 10), warmup_init_lr=min(1e-7, peak),
+                       average_last=0, init_from=str(RunDir(pipe.path / "student").for_translation()))
+    tuned = replace(student, train=training)
+    tuned.given = set(student.given)
+    return tuned
+
+
+def student_int8(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
+    """The int8-aware fine-tune: nmt's training loop continues the student with every Linear layer fake-quantized
+    (nmt.train.fakequant), so that its weights learn to lose little when `--quantize int8` rounds them. Its
+    checkpoints are ordinary ones (and it resumes at the update of its newest, as nmt train does)."""
+    from nmt.train.fakequant import fake_quantize
+    from nmt.train.loop import train
+
+    if cfg.distill.int8_finetune_updates == 0:
+        return {"skipped": "distill.int8_finetune_updates=0"}
+    tuned = int8_config(cfg, pipe)
+    summary = train(tuned, progress=progress, model_transform=fake_quantize)
+    return {"updates": summary["step"], "stopped": summary["stopped"], "best": summary.get("best"),
+            "lr": tuned.train.lr, "train_s": round(summary["elapsed"], 1),
+            "from": Path(tuned.train.init_from or "").name,
+            "checkpoint": RunDir(pipe.path / INT8_DIR).for_translation().name}
+
+
 def parameters(ckpt: checkpoint.Checkpoint) -> int:
     """Distinct weights of a checkpoint (a tied matrix counts once)."""
     weights = ckpt.weights
@@ -135,7 +171,9 @@ def parameters(ckpt: checkpoint.Checkpoint) -> int:
 
 def score_stage(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
     """Teacher and student on data.test: their translations in score/, BLEU and chrF (nmt score's sacreBLEU, BLEU's
-    tokenizer chosen for the target language) in score/scores.json."""
+    tokenizer chosen for the target language) in score/scores.json. The student three times: fp32, int8 as
+    `nmt translate --quantize int8` makes it of the fp32 checkpoint (post-training quantization), and int8 after the
+    int8-aware fine-tune (when it ran)."""
     if not cfg.data.test:
         return {"skipped": "no data.test"}
     tgt = cfg.data.tgt_lang
@@ -144,8 +182,7 @@ def score_stage(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
     folder = pipe.folder("score")
     tokenize = bleu_tokenizer(tgt).name
     systems: dict[str, Any] = {}
-    hyps = {"teacher": teacher_test(cfg, sources),
-            "student": Translator.load(RunDir(pipe.path / "student").for_translation(), student_config(cfg, pipe))}
+    hyps = {"teacher": teacher_test(cfg, sources), **student_systems(cfg, pipe)}
     for name, system in hyps.items():
         if system is None:
             continue
@@ -162,6 +199,18 @@ def score_stage(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
     figures = {"lines": len(pairs), "tokenize": tokenize, **systems}
     atomic_write_text(folder / "scores.json", json.dumps(figures, indent=1) + "\n")
     return figures
+
+
+def student_systems(cfg: Config, pipe: Pipeline) -> dict[str, Translator | None]:
+    """The student's checkpoints as the score stage translates with them: fp32, int8 (CPU: the int8 kernels are
+    CPU ones), and the int8-aware fine-tune's in int8 (None when the fine-tune was skipped)."""
+    student = student_config(cfg, pipe)
+    fp32 = RunDir(pipe.path / "student").for_translation()
+    int8 = ModelOptions(device="cpu", quantize="int8", config_given=True)
+    tuned = pipe.path / INT8_DIR
+    return {"student": Translator.load(fp32, student), "student_int8": Translator.load(fp32, student, int8),
+            "student_int8_tuned": Translator.load(RunDir(tuned).for_translation(), student, int8)
+            if cfg.distill.int8_finetune_updates and pipe.done(INT8_STAGE) else None}
 
 
 def teacher_test(cfg: Config, sources: list[str]) -> Translator | list[str] | None:

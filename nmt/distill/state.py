@@ -9,7 +9,8 @@ PIPELINE_DIR/
   distilled/       train.SRC, train.TGT: the student's training text (teacher output + the references share)
   data/            the student's data dir (nmt prepare)
   student/         the student's run dir (nmt train)
-  score/           test.teacher.TGT, test.student.TGT, scores.json
+  student-int8/    the run dir of its int8-aware fine-tune (nmt train from the student, fake-quantized)
+  score/           test.SYSTEM.TGT (teacher, student, student_int8, student_int8_tuned), scores.json
 ```
 pipeline.json is replaced atomically after every change (a stage started, a teacher chunk done, a stage finished):
 a kill leaves the last record, whose unfinished stage the next run resumes. This module is the only one that knows
@@ -28,7 +29,13 @@ from nmt.errors import NmtError
 from nmt.io import atomic_write_text
 from nmt.rundir import RunLock
 
-STAGES = ("clean", "teacher", "data", "student", "score")
+INT8_STAGE = "student-int8"  # the int8-aware fine-tune of the student
+STAGES = ("clean", "teacher", "data", "student", INT8_STAGE, "score")
+# the systems the score stage translates data.test with (scores.json's keys), as people read them: the student in
+# fp32, in int8 by post-training quantization (PTQ: `--quantize int8` of the fp32 checkpoint), and in int8 after the
+# int8-aware fine-tune
+SYSTEMS = {"teacher": "teacher", "student": "student", "student_int8": "student int8 (PTQ)",
+           "student_int8_tuned": "student int8 (fine-tuned)"}
 PIPELINE_FILE = "pipeline.json"
 VERSION = 1
 
@@ -70,10 +77,11 @@ FIRST_AFFECTED = {
                      "distill.langid_min_prob"), "clean"),
     **dict.fromkeys(("distill.teacher", "distill.teacher_translations", "distill.teacher_beam",
                      "distill.chunk_lines"), "teacher"),
+    **dict.fromkeys(("distill.int8_finetune_updates", "distill.int8_finetune_lr"), "student-int8"),
     "distill.teacher_test_translations": "score",
 }
 FOLDERS = {"clean": ["clean"], "teacher": ["teacher"], "data": ["distilled", "data"], "student": ["student"],
-           "score": ["score"]}
+           "student-int8": ["student-int8"], "score": ["score"]}
 
 
 def first_affected(key: str) -> str:
@@ -103,6 +111,8 @@ class Pipeline:
             self._save(record)
             return record
         record = read_record(self.path)
+        # a stage added since the record was written (student-int8) is still to run, in its place among the others
+        record["stages"] = {name: record["stages"].get(name, {"state": "pending", "figures": {}}) for name in STAGES}
         diffs = differences(record.get("settings") or {}, settings)
         if not diffs:
             return record

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from nmt.distill.state import STAGES, read_record
+from nmt.distill.state import INT8_STAGE, STAGES, SYSTEMS, read_record
 
 
 def describe(path: Path) -> dict[str, Any]:
@@ -64,11 +64,14 @@ def figures_line(name: str, f: dict[str, Any]) -> str:
     if name == "student":
         best = f", best valid {f['best']:.2f}" if isinstance(f.get("best"), (int, float)) else ""
         return f"{f['updates']:,} updates ({f['stopped']}){best}, {f['parameters']:,} parameters"
-    if name == "score":
-        if "skipped" in f:
-            return f"skipped: {f['skipped']}"
-        parts = [f"{who} BLEU {f[who]['bleu']:.2f} chrF {f[who]['chrf']:.2f}"
+    if "skipped" in f:
+        return f"skipped: {f['skipped']}"
+    if name == INT8_STAGE:
+        best = f", best valid {f['best']:.2f}" if isinstance(f.get("best"), (int, float)) else ""
+        return f"{f['updates']:,} int8-aware updates from {f['from']} ({f['stopped']}), lr {f['lr']:.2g}{best}"
+    if name == "score":  # one line per system: fp32 and int8 read one under the other
+        parts = [f"{label}: BLEU {f[who]['bleu']:.2f} chrF {f[who]['chrf']:.2f}"
                  + (f" ({f[who]['translate_s']:.1f} s)" if "translate_s" in f[who] else "")
-                 for who in ("teacher", "student") if who in f]
-        return f"{f['lines']:,} test lines: " + "; ".join(parts)
+                 for who, label in SYSTEMS.items() if who in f]
+        return f"{f['lines']:,} test lines:\n" + "\n".join(parts)
     return json.dumps(f)

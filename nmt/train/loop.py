@@ -14,11 +14,12 @@ import contextlib
 import itertools
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import Any
 
 import torch
+from torch import nn
 
 from nmt import checkpoint
 from nmt.checkpoint import Checkpoint
@@ -55,10 +56,21 @@ def fine_tuning_start(cfg: Config, data: DataDir, tokenizer: Tokenizer) -> dict[
     return ckpt.weights
 
 
+# What a caller may do to the model before training starts, e.g. nmt.train.fakequant's int8-aware layers: applied
+# after the model is on its device and in its training form, before the optimizer, DDP and the weights of a resume
+# or train.init_from. It must keep the state dict's keys, so that checkpoints stay in the normal format.
+ModelTransform = Callable[[Transformer], nn.Module]
+
+
+def unchanged(model: Transformer) -> nn.Module:
+    return model
+
+
 class Trainer:
     """One training run: built once (model, optimizer, data, run dir, resume), then `run()` loops."""
 
-    def __init__(self, cfg: Config, *, force: bool = False, progress: bool | None = None):
+    def __init__(self, cfg: Config, *, force: bool = False, progress: bool | None = None,
+                 model_transform: ModelTransform = unchanged):
         t = cfg.train
         if t.threads > 0:
             torch.set_num_threads(t.threads)
@@ -81,7 +93,7 @@ class Trainer:
             if self.dist.main:
                 self.run_dir.check_experiment(cfg.to_dict(), force)
             self.dist.barrier()
-            self._build()
+            self._build(model_transform)
             choose_bleu_tokenize(cfg.train, self.data.langs[1], self.report.info)
             self.resumed = self._resume(force)
             self.oom = SplitOnOOM(self.counters, self.special.pad, lambda: self.optimizer.zero_grad(set_to_none=True),
@@ -90,13 +102,13 @@ class Trainer:
             self.close()
             raise
 
-    def _build(self) -> None:
+    def _build(self, model_transform: ModelTransform) -> None:
         cfg, t = self.cfg, self.cfg.train
         trainstate.seed_everything(t.seed)
         self.model = Transformer.from_config(cfg.model, *self.data.vocab_sizes, pad_id=self.special.pad,
                                              joint_vocab=self.tokenizer.joint)
         self.precision = choose(t.amp, self.device, cfg.model.d_model, training=True, option="train.amp")
-        self.model = prepare(self.model, self.device, self.precision, training=True)
+        self.model = model_transform(prepare(self.model, self.device, self.precision, training=True))
         self.ddp = self.dist.wrap(self.model)
         self.forward = self.ddp or self.model
         if t.compile:  # the model as a graph: fused kernels, fewer launches (shapes vary: it recompiles a few times)
@@ -306,9 +318,11 @@ class Trainer:
             self.report.info(f"averaged {n} checkpoints into {self.run_dir.average(k)}")
 
 
-def train(cfg: Config, *, force: bool = False, progress: bool | None = None) -> dict[str, Any]:
-    """Train (or resume) the run in cfg.train.run_dir; returns a summary."""
-    trainer = Trainer(cfg, force=force, progress=progress)
+def train(cfg: Config, *, force: bool = False, progress: bool | None = None,
+          model_transform: ModelTransform = unchanged) -> dict[str, Any]:
+    """Train (or resume) the run in cfg.train.run_dir, its model changed by `model_transform` first; returns a
+    summary."""
+    trainer = Trainer(cfg, force=force, progress=progress, model_transform=model_transform)
     try:
         return trainer.run()
     finally:

@@ -34,7 +34,7 @@ def test_the_chain_through_the_command_line(raw, tmp_path):
     result = run_cli("distill", *sets)
     assert result.exit_code == 0, result.stderr
     record = json.loads((pipe / "pipeline.json").read_text())
-    assert [record["stages"][s]["state"] for s in STAGES] == ["done"] * 5
+    assert [record["stages"][s]["state"] for s in STAGES] == ["done"] * len(STAGES)
     figures = {s: record["stages"][s]["figures"] for s in STAGES}
     assert figures["clean"]["read"] == 120 and figures["teacher"]["lines"] == figures["clean"]["kept"]
     assert figures["teacher"]["chunks"] == -(-figures["clean"]["kept"] // 40)
@@ -49,12 +49,12 @@ def test_the_chain_through_the_command_line(raw, tmp_path):
     assert "teacher: BLEU" in result.stderr and "student: BLEU" in result.stderr
 
     info = run_cli("info", pipe)
-    assert info.exit_code == 0 and all(s in info.stdout for s in STAGES) and "teacher BLEU" in info.stdout
+    assert info.exit_code == 0 and all(s in info.stdout for s in STAGES) and "teacher: BLEU" in info.stdout
     described = json.loads(run_cli("info", pipe, "--json").stdout)
     assert described["type"] == "pipeline" and described["stages"]["score"]["figures"] == figures["score"]
 
     again = run_cli("distill", *sets)  # a finished pipeline: every stage skipped
-    assert again.exit_code == 0 and again.stderr.count("done by an earlier run") == 5
+    assert again.exit_code == 0 and again.stderr.count("done by an earlier run") == len(STAGES)
 
 
 def test_a_teacher_given_as_a_file_of_translations(raw, tmp_path):
@@ -109,13 +109,14 @@ def test_a_kill_between_stages_resumes_at_the_unfinished_stage(raw, tmp_path, mo
     with pytest.raises(Killed):
         pipeline.run(cfg, progress=False)
     record = json.loads((tmp_path / "pipe" / "pipeline.json").read_text())
-    assert [record["stages"][s]["state"] for s in STAGES] == ["done", "done", "running", "pending", "pending"]
+    assert [record["stages"][s]["state"] for s in STAGES] == ["done", "done", "running", "pending", "pending",
+                                                              "pending"]
     monkeypatch.undo()
     ran = []
     for name, runner in list(pipeline.RUNNERS.items()):
         monkeypatch.setitem(pipeline.RUNNERS, name, lambda *a, _n=name, _r=runner: ran.append(_n) or _r(*a))
     record = pipeline.run(load_config(None, distill_overrides(raw, tmp_path / "pipe")), progress=False)
-    assert ran == ["data", "student", "score"]
+    assert ran == ["data", "student", "student-int8", "score"]
     assert record["stages"]["data"]["resumed"] is True and record["stages"]["student"]["resumed"] is False
 
 
@@ -166,7 +167,7 @@ def test_kills_inside_the_teacher_and_the_training_resume_where_they_stopped(raw
     steps = [r["step"] for r in read_metrics(tmp_path / "pipe" / "student" / "metrics.jsonl") if r["type"] == "train"]
     assert steps == [4, 8]
     n_chunks = whole["stages"]["teacher"]["figures"]["chunks"]
-    assert len(translated) == n_chunks - 1 + 2  # the other chunks, then the test set for teacher and student
+    assert len(translated) == n_chunks - 1 + 3  # the other chunks, then the test set: teacher, student, its int8
     assert (chunks[0].stat().st_ino, chunks[0].stat().st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
     assert resumed["stages"]["teacher"]["figures"]["chunks_resumed"] == 1
     for name in ("teacher/train.de", "distilled/train.de", "score/test.student.de"):
@@ -221,7 +222,7 @@ def test_a_new_student_keeps_the_teachers_translations(raw, tmp_path, monkeypatc
     with pytest.raises(NmtError, match=r"\(model.encoder_layers: 2 vs 3\); use --force to redo it from the student"):
         pipeline.run(deeper, progress=False)
     pipeline.run(deeper, force=True, progress=False)
-    assert ran == ["student", "score"]
+    assert ran == ["student", "student-int8", "score"]
     assert (tmp_path / "pipe" / "teacher" / "train.de").stat().st_mtime_ns == teacher_output.st_mtime_ns
 
 
