@@ -61,8 +61,11 @@ demo-distill: $(STAMP)
 	  && echo "[time] distill: $$(( $$(date +%s) - t )) s"
 	$(PYTHON) -m nmt info runs/distill-demo
 
+# one pytest worker per core of the 2-core CI machine, a test module (and its module fixtures) per worker at a time;
+# a bigger machine may give more: `make test TEST_WORKERS=8` (0: one process, as plain `python -m pytest`)
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadscope
 
 lint: $(STAMP)
 	$(PYTHON) -m ruff check nmt tests bench

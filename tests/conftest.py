@@ -19,6 +19,7 @@ from nmt.demo.files import write_demo
 from nmt.model import Transformer
 from tests.helpers.cuda import hide_cuda, show_cuda
 from tests.helpers.paths import DEMO_MODEL
+from tests.helpers.report import print_worker_figures
 from tests.helpers.tables import PAD, V, batch
 
 torch.set_num_threads(1)  # tiny models gain nothing from threads; avoids OpenMP oversubscription
@@ -34,6 +35,11 @@ torch.set_num_threads(1)  # tiny models gain nothing from threads; avoids OpenMP
 # fixture `cuda_only_for_gpu_tests` gives a test marked gpu the real CUDA and environment back for its duration.
 # tests.helpers.cuda reads the real answers first, at import (this module imports it before pytest_configure).
 _session_cuda = pytest.MonkeyPatch()
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown (and never called) without it
+def pytest_testnodedown(node, error) -> None:
+    print_worker_figures(node)
 
 
 @pytest.fixture(autouse=True)
