@@ -1,15 +1,16 @@
 """`nmt import` of Hugging Face Marian (OPUS-MT) models, checked against `transformers` itself.
 
-No hub here: the test builds a small MarianMTModel (swish, sin/cos halves, scale_embedding, a non-zero
-final_logits_bias, Marian's vocabulary order with <pad> last) and its MarianTokenizer (SentencePiece
-models trained here), trains it for a few hundred updates on the demo corpus so that it stops its
-translations by itself, and saves both with save_pretrained. Variants with separate vocabularies and
-with target-language codes are the same function under other ids, built from its weights.
+No hub here: the tests load the small committed MarianMTModel (tests/fixtures/marian-en-de, made by
+tests/fixtures/make_marian_model.py: swish, sin/cos halves, scale_embedding, a non-zero final_logits_bias,
+Marian's vocabulary order with <pad> last, its MarianTokenizer's SentencePiece models trained there, 2,000 updates
+on the demo corpus so that it stops its translations by itself, saved with save_pretrained). Variants with separate
+vocabularies and with target-language codes are the same function under other ids, built from its weights.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,8 @@ from nmt.tokenizer import Tokenizer  # noqa: E402
 from nmt.train.loop import train  # noqa: E402
 from nmt.translation.translator import Translator  # noqa: E402
 from tests.helpers.cli import assert_one_line_error, nmt_process  # noqa: E402
-from tests.helpers.marian import marian_config, save, spm_pieces, train_marian, train_spm  # noqa: E402
+from tests.helpers.marian import marian_config, save  # noqa: E402
+from tests.helpers.paths import MARIAN_MODEL  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")  # MarianTokenizer's
 MAX_NEW = 100  # generate's max_new_tokens; nmt: 99 tokens + EOS
@@ -38,23 +40,20 @@ CODES = (">>deu<<", ">>fra<<")
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    """The trained shared-vocabulary model: (dir, model, tokenizer, vocab, spms, test lines)."""
+    """The trained shared-vocabulary model, the committed one (tests/fixtures/make_marian_model.py: trained here,
+    it took a fifth of this module's time), in a copy of its directory: (dir, model, tokenizer, vocab, spms, test
+    lines: the demo corpus' last 200 short sentences)."""
     root = tmp_path_factory.mktemp("marian")
+    shutil.copytree(MARIAN_MODEL, root / "base" / "hf")
     raw = write_demo(root / "raw", seed=1)
-    pairs = [(e, g) for e, g in zip(Path(raw["train"] + ".en").read_text(encoding="utf-8").splitlines(),
-                                    Path(raw["train"] + ".de").read_text(encoding="utf-8").splitlines())
-             if len(e) <= 40]
-    en, de = [e for e, _ in pairs], [g for _, g in pairs]
-    src_spm, tgt_spm = train_spm(en[:3000], 200), train_spm(de[:3000], 200)
-    vocab = ["</s>", "<unk>", *dict.fromkeys(spm_pieces(src_spm) + spm_pieces(tgt_spm)), "<pad>"]
-    torch.manual_seed(0)
-    model = transformers.MarianMTModel(marian_config(len(vocab), len(vocab), len(vocab) - 1, True))
-    tok = save(root / "base", model, src_spm, tgt_spm, vocab)
-    train_marian(model, tok, en[:-200], de[:-200])
-    with torch.no_grad():
-        model.final_logits_bias.normal_(0, 0.1, generator=torch.Generator().manual_seed(1))
-    model.save_pretrained(root / "base" / "hf")
-    return {"dir": root / "base" / "hf", "model": model, "tok": tok, "vocab": vocab, "spm": (src_spm, tgt_spm),
+    en = [e for e in Path(raw["train"] + ".en").read_text(encoding="utf-8").splitlines() if len(e) <= 40]
+    ids = json.loads((MARIAN_MODEL / "vocab.json").read_text(encoding="utf-8"))
+    vocab = sorted(ids, key=ids.get)
+    assert [ids[p] for p in vocab] == list(range(len(vocab))) and vocab[-1] == "<pad>"
+    spms = tuple((MARIAN_MODEL / f"{side}.spm").read_bytes() for side in ("source", "target"))
+    model = transformers.MarianMTModel.from_pretrained(root / "base" / "hf").eval()
+    tok = transformers.MarianTokenizer.from_pretrained(root / "base" / "hf")
+    return {"dir": root / "base" / "hf", "model": model, "tok": tok, "vocab": vocab, "spm": spms,
             "lines": en[-200:], "root": root}
 
 
