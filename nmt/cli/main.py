@@ -35,8 +35,9 @@ def prepare(
     config: ConfigOpt = None,
     overrides: SetOpt = None,
     train: Annotated[str | None, typer.Option(
-        help="Training data: file prefix (data/train -> data/train.en + data/train.de), a .tsv, a local "
-             "dataset (save_to_disk dir, .jsonl/.csv/.parquet) or a Hugging Face dataset name.")] = None,
+        help="Training data: file prefix (data/train -> data/train.en + data/train.de), a .tsv, a TMX translation "
+             "memory (.tmx, .tmx.gz), a local dataset (save_to_disk dir, .jsonl/.csv/.parquet) or a Hugging Face "
+             "dataset name.")] = None,
     valid: Annotated[str | None, typer.Option(help="Validation data (same forms as --train).")] = None,
     test: Annotated[str | None, typer.Option(help="Test data (same forms as --train).")] = None,
     src_lang: Annotated[str | None, typer.Option(help="Source language code (file suffix / column).")] = None,

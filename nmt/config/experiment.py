@@ -26,7 +26,7 @@ class DataConfig:
     dir: str = "data"  # prepared data dir (output of prepare, input of train)
     src_lang: str = "en"
     tgt_lang: str = "de"
-    # Inputs: a file prefix (`data/train` -> data/train.en + data/train.de), a .tsv file,
+    # Inputs: a file prefix (`data/train` -> data/train.en + data/train.de), a .tsv file, a .tmx (.tmx.gz) file,
     # or a `datasets` name / local dataset dir (with hf_* options below). None = split absent.
     train: str | None = None
     valid: str | None = None

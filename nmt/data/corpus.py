@@ -1,4 +1,4 @@
-"""Reading parallel text (file pairs, TSV, `datasets` local/hub), line cleaning and training filters.
+"""Reading parallel text (file pairs, TSV, TMX, `datasets` local/hub), line cleaning and training filters.
 
 Everything streams: `read_pairs` yields one pair at a time and never holds a corpus in memory.
 `datasets` is imported only when a dataset source is used, so plain-text reading stays light.
@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from nmt.data.tmx import is_tmx, tmx_pairs
 from nmt.errors import NmtError, first_line
 from nmt.text import clean_text
 
@@ -60,7 +61,7 @@ def dir_sha256(path: str | Path) -> str:
 
 @dataclass(frozen=True)
 class Source:
-    """What a corpus spec points at. kind: prefix | tsv | disk | file | hub."""
+    """What a corpus spec points at. kind: prefix | tsv | tmx | disk | file | hub."""
 
     spec: str
     kind: str
@@ -81,7 +82,7 @@ def _looks_local(spec: str) -> bool:
     """A spec that names a place on disk rather than a hub dataset ("org/name")."""
     if spec.startswith((".", "/", "~")) or (os.sep in spec and Path(spec).parent.is_dir()):
         return True
-    return Path(spec).suffix.lower() in (".tsv", *LOCAL_DATA_FORMATS)
+    return Path(spec).suffix.lower() in (".tsv", *LOCAL_DATA_FORMATS) or is_tmx(Path(spec))
 
 
 def resolve(spec: str, src_lang: str, tgt_lang: str) -> Source:
@@ -94,10 +95,10 @@ def resolve(spec: str, src_lang: str, tgt_lang: str) -> Source:
             raise NmtError(f"missing file: {missing} (needed next to {src if missing is tgt else tgt})")
         return Source(spec, "prefix", (src, tgt))
     suffix = path.suffix.lower()
-    if suffix == ".tsv" or suffix in LOCAL_DATA_FORMATS:
+    if suffix == ".tsv" or suffix in LOCAL_DATA_FORMATS or is_tmx(path):
         if not path.is_file():
             raise NmtError(f"missing file: {path}")
-        return Source(spec, "tsv" if suffix == ".tsv" else "file", (path,))
+        return Source(spec, "tsv" if suffix == ".tsv" else "tmx" if is_tmx(path) else "file", (path,))
     if path.is_dir():
         if not _is_datasets_dir(path):
             raise NmtError(f"{path} is a directory but not a `datasets` save_to_disk directory "
@@ -105,7 +106,7 @@ def resolve(spec: str, src_lang: str, tgt_lang: str) -> Source:
         return Source(spec, "disk", (path,))
     if _looks_local(spec):
         raise NmtError(f"missing file: {src} (and {tgt}); expected a prefix of {src_lang}/{tgt_lang} "
-                       "files, a .tsv/.jsonl/.json/.csv/.parquet file or a datasets directory")
+                       "files, a .tsv/.tmx/.jsonl/.json/.csv/.parquet file or a datasets directory")
     return Source(spec, "hub")
 
 
@@ -115,7 +116,8 @@ def read_pairs(spec: str, src_lang: str, tgt_lang: str, *, hf_config: str | None
     """Stream cleaned (source, target) pairs from `spec`.
 
     `spec` is (a) a prefix `data/train` → data/train.<src_lang> + data/train.<tgt_lang>; (b) a .tsv
-    file (source<TAB>target); (c) a `datasets` save_to_disk directory (a DatasetDict uses `hf_split`);
+    file (source<TAB>target) or a .tmx/.tmx.gz translation memory (`nmt.data.tmx`: the <tuv>s of
+    src_lang/tgt_lang); (c) a `datasets` save_to_disk directory (a DatasetDict uses `hf_split`);
     (d) a local .json/.jsonl/.csv/.parquet file; (e) otherwise a Hugging Face hub dataset name,
     streamed with `hf_config`/`hf_split`. Dataset columns: `src_column`/`tgt_column` if given
     ("translation.en" reaches into a dict column), else columns named like the languages, else
@@ -125,6 +127,8 @@ def read_pairs(spec: str, src_lang: str, tgt_lang: str, *, hf_config: str | None
     source = resolve(spec, src_lang, tgt_lang)
     if source.kind == "prefix":
         return _prefix_pairs(*source.paths)
+    if source.kind == "tmx":
+        return tmx_pairs(source.paths[0], src_lang, tgt_lang)
     if source.kind == "tsv":
         return _tsv_pairs(source.paths[0])
     columns = (src_lang, tgt_lang, src_column, tgt_column)

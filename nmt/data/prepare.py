@@ -70,7 +70,7 @@ def prepare(cfg: DataConfig, *, force: bool = False, progress: bool = True) -> d
     other files in the directory are left alone).
     """
     if not cfg.train:
-        raise NmtError("no training data: data.train is not set (pass --train: a file prefix, a .tsv file, "
+        raise NmtError("no training data: data.train is not set (pass --train: a file prefix, a .tsv/.tmx "
                        "or a datasets name/directory; or --demo)")
     check_data(cfg)
     given = _given_tokenizer(cfg)

@@ -47,7 +47,7 @@ def preflight(cfg: Config) -> None:
     """The one-line errors (and the warning) that need no stage run: see the module docstring."""
     d = cfg.distill
     if not cfg.data.train:
-        raise NmtError("no corpus: data.train is not set (a file prefix, a .tsv file or a datasets name, as "
+        raise NmtError("no corpus: data.train is not set (a file prefix, a .tsv/.tmx file or a datasets name, as "
                        "nmt prepare reads it)")
     if not (d.teacher or d.teacher_translations):
         raise NmtError("no teacher: set distill.teacher (an nmt checkpoint or run dir, an imported OPUS-MT model) "
