@@ -144,8 +144,8 @@ def gaps_section(scores: dict[str, Any], figures: dict[str, Any]) -> str:
         return ""
     items = "".join(f"<li>{esc(line)}</li>\n" for line in lines)
     return ("<h2>Gaps</h2>\n<ul>\n" + items + "</ul>\n<p class=\"note\">Each gap is the first system's score minus "
-            "the second's: a negative number is a loss. On a test set of a few hundred lines, gaps under about "
-            "0.5 BLEU are within the noise.</p>")
+            "the second's: a negative number is a loss. A test set of a few hundred lines is small: a gap of a few "
+            "tenths of a BLEU point can be noise.</p>")
 
 
 def cleaning_section(path: Path) -> str:

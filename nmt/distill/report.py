@@ -69,6 +69,8 @@ def report_stage(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
 
 def checkpoints(cfg: Config, pipe: Pipeline, names: list[str]) -> dict[str, Path]:
     """The checkpoint each scored system translates with (a teacher given as translations has none)."""
+    if not names:
+        return {}
     student = RunDir(pipe.path / "student").for_translation()
     paths = {"student": student, "student_int8": student}
     if "student_int8_tuned" in names:

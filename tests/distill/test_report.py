@@ -21,6 +21,7 @@ from nmt.distill import pipeline, report
 from nmt.distill.page import system_rows
 from nmt.distill.state import STAGES, SYSTEMS, Pipeline
 from nmt.errors import NmtError
+from nmt.search import Hypothesis, generated_tokens
 from nmt.translation.translator import output_tokens
 from tests.helpers.cli import run_cli
 from tests.helpers.distilling import distill_config
@@ -72,6 +73,11 @@ def test_the_reports_scores_are_what_nmt_score_computes(finished):
         bleu, chrf = (round(computed[m]["score"], 2) for m in ("bleu", "chrf"))
         assert (scores[names[label]]["bleu"], scores[names[label]]["chrf"]) == (bleu, chrf)
         assert rows[label][1:3] == [f"{bleu:.2f}", f"{chrf:.2f}"]  # the page shows those numbers
+
+
+def test_the_tokens_counted_are_each_best_hypothesis_without_eos():
+    best, other = Hypothesis([7, 8, 9], -1.0, -2.0), Hypothesis([7], -3.0, -3.0)  # tokens exclude BOS and EOS
+    assert generated_tokens([[best, other], [], [other]]) == 3 + 0 + 1  # an empty line: no hypothesis, 0
 
 
 def test_tokens_per_second_are_the_generated_tokens_over_the_seconds(finished):
