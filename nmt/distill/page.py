@@ -121,8 +121,9 @@ def systems_section(scores: dict[str, Any], figures: dict[str, Any]) -> str:
     speed = figures.get("speed")
     how = (f"Decoding speed: output tokens per second (each line's best translation, EOS not counted), the first "
            f"{speed['lines']} test sources in batches of {speed['batch']} (b32) and the first {speed['lines_single']} "
-           f"one at a time (b1), each system with its own beam; the median of {speed['rounds']} rounds in which the "
-           f"systems took turns." if speed else "Decoding speed was not measured (distill.speed_rounds is 0).")
+           f"one at a time (b1), each system with its own beam; the median of {speed['rounds']} timed "
+           f"round{'s' if speed['rounds'] != 1 else ''} in which the systems took turns." if speed
+           else "Decoding speed was not measured (distill.speed_rounds is 0).")
     details = [f"{SYSTEMS[name]}: {f['device']}, beam {f['beam']}" + (", int8" if f.get("quantize") else "")
                for name, f in figures.items() if name in SYSTEMS and "device" in f]
     teacher_file = "teacher" in scores and "checkpoint" not in (figures.get("teacher") or {})

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -150,7 +151,10 @@ def show(path: Path, record: dict[str, Any]) -> None:
     scores, report = record["stages"]["score"]["figures"], record["stages"]["report"]["figures"]
     if not any(name in scores for name in SYSTEMS):
         return
-    console.print(systems_table(record))
+    # a log (not a terminal) gets the table unfolded: rich would fit it to 80 columns there
+    wide = console if console.is_terminal else Console(file=console.file, width=max(console.width, 120),
+                                                       highlight=False)
+    wide.print(systems_table(record))
     for line in page.gap_sentences(scores, report):
         console.print(line)
     if report.get("html"):

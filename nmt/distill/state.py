@@ -91,7 +91,6 @@ def first_affected(key: str) -> str:
     return FIRST_AFFECTED.get(key, "student" if key.startswith("model.") else "data")
 
 
-
 def added_since(old_settings: dict[str, Any], record: dict[str, Any], key: str) -> bool:
     """Whether `key` (section.key) is a setting the record does not have at all, added to nmt since it was written,
     whose first stage has not run yet (the report's speed keys in a pipeline dir from before the report): nothing
