@@ -52,7 +52,8 @@ demo-zh: $(STAMP)
 	@head -n 5 data/demo-zh/test.en | $(PYTHON) -m nmt translate --config configs/tiny-zh.yaml
 
 # Distillation on the demo corpus: the committed demo model (2+2 layers) as the teacher, a 3+1-layer student
-# (configs/distill-demo.yaml); clean -> teacher -> data -> student -> score in runs/distill-demo, then its stages.
+# (configs/distill-demo.yaml); clean -> teacher -> data -> student -> student-int8 -> score -> report in
+# runs/distill-demo (report.html), then its stages.
 # TEACHER=runs/tiny distils the model `make demo` trains instead.
 TEACHER ?= tests/fixtures/demo-model.pt
 demo-distill: $(STAMP)

@@ -9,8 +9,9 @@ Usage (from the repository root, after `make multi30k`):
 Each mode loads the checkpoint through `nmt.translation.translator.Translator` exactly as `nmt translate --dtype X` /
 `--quantize int8` does, translates the whole --src file with the checkpoint's decode settings (beam,
 length penalty, batching), and is scored with sacreBLEU (BLEU, chrF). Reported: sentences/s and
-generated tokens/s (median over --repeats, the modes interleaved so other load hits all alike), the
-speed-up over fp32, and the score change. bf16 uses oneDNN's bfloat16 kernels (AMX / AVX512-BF16 where
+generated tokens/s (EOS not counted, as bench/translate.py and `nmt distill`'s report count them:
+`nmt.translation.translator.output_tokens`; median over --repeats, the modes interleaved so other load hits all
+alike), the speed-up over fp32, and the score change. bf16 uses oneDNN's bfloat16 kernels (AMX / AVX512-BF16 where
 the CPU has them, much slower emulation where it does not); int8 is PyTorch dynamic quantization of the
 Linear layers (weights int8, activations quantized per batch).
 """
@@ -26,7 +27,7 @@ from common import OtherLoad, interleaved, median, table
 
 from nmt import checkpoint
 from nmt.score import bleu_tokenizer, language_of_file, score
-from nmt.translation.translator import ModelOptions, Translator
+from nmt.translation.translator import ModelOptions, Translator, output_tokens
 
 MODES = {"fp32": {"dtype": "fp32"}, "bf16": {"dtype": "bf16"}, "int8": {"dtype": "fp32", "quantize": "int8"}}
 
@@ -62,7 +63,7 @@ def main() -> None:
     rows, base = [], None
     for m in modes:
         hyps = [t.text[0] for t in outputs[m]]
-        tokens = sum(len(t.hypotheses[0].tokens) + 1 for t in outputs[m] if t.hypotheses)
+        tokens = output_tokens(outputs[m])
         s = score(hyps, [refs], metrics="bleu,chrf", tokenize=bleu_tokenizer(language_of_file(args.ref)).name)
         sec = median(times[m])
         base = base or (sec, s["bleu"]["score"], s["chrf"]["score"])

@@ -32,10 +32,10 @@ CTranslate2's model-spec API, int8 weights with --dtype int8), run by CTranslate
 what a user of the export gets, beside `nmt translate` on the same weights.
 
 The script checks that every system returned the expected number of tokens per sentence. Reported:
-generated tokens/s (batch x L per call, EOS not counted) and sentences/s, medians over interleaved repeats,
-the ratios ours/HF and ours/CT2, and how much CPU other processes took meanwhile. CT2 runs in a child
-process (intra_threads = --threads; see _ct2_worker for why), timed there with the same clock, interleaved
-with the others. Goal: ours >= 2x HF generate() at batch 32.
+generated tokens/s (batch x L per call, EOS not counted, as `nmt.search.generated_tokens` counts ours) and
+sentences/s, medians over interleaved repeats, the ratios ours/HF and ours/CT2, and how much CPU other
+processes took meanwhile. CT2 runs in a child process (intra_threads = --threads; see _ct2_worker for why), timed
+there with the same clock, interleaved with the others. Goal: ours >= 2x HF generate() at batch 32.
 
 --dtype bf16 runs ours and HF with bfloat16 weights and activations (on CPUs with AVX512-BF16/AMX, oneDNN's
 bf16 matrix multiplies are several times faster than fp32); CTranslate2 has no bf16 on CPU and is left out.
@@ -93,7 +93,7 @@ from nmt import (
     search,  # noqa: E402
 )
 from nmt.precision import Precision, prepare
-from nmt.search import SearchSettings
+from nmt.search import SearchSettings, generated_tokens
 from nmt.threads import FreeCores
 
 BEAM, ALPHA = 4, 0.6
@@ -149,8 +149,8 @@ def ours_fn(model, src, length, ids: Ids, free_cores: bool = True):
         finally:
             torch.set_num_threads(wanted)
 
-    def check(result):
-        return all(len(h[0].tokens) == length for h in result)
+    def check(result):  # the tokens/s below count batch x length: what nmt counts of the output (EOS aside)
+        return all(len(h[0].tokens) == length for h in result) and generated_tokens(result) == len(result) * length
 
     return run, check
 

@@ -1,6 +1,6 @@
 """The `distill` section of the config: where `nmt distill` keeps its pipeline, which teacher it distils, how it
-cleans the corpus, how much of the original references the student sees and how long its int8-aware fine-tune is.
-The corpus itself is the `data`
+cleans the corpus, how much of the original references the student sees, how long its int8-aware fine-tune is and
+how the report measures decoding speed. The corpus itself is the `data`
 section's train/valid/test (read as `nmt prepare` reads them), and the student is the config's `model`, `train` and
 `decode` sections: a distillation config is an ordinary config with this section added. A module of its own for its
 size; nmt.config.experiment loads and type-checks it like any section."""
@@ -16,7 +16,7 @@ from nmt.errors import ConfigError
 @dataclass
 class DistillConfig:
     """`nmt distill`: the pipeline dir, the teacher, the cleaning filters, the student's data mix, the int8-aware
-    fine-tune."""
+    fine-tune, the report's speed measurement."""
 
     dir: str = "runs/distill"  # the pipeline dir: pipeline.json and one folder per stage
     # The teacher, one of: an nmt checkpoint or run dir (an imported OPUS-MT / Marian checkpoint too), or a file of
@@ -57,6 +57,12 @@ class DistillConfig:
     # of the peak learning rate of the student's own training (a tenth moved the demo model 2 BLEU off its averaged
     # weights, docs/distill.md)
     int8_finetune_lr: float = 0.0
+    # The report's decoding speed (report.html, docs/distill.md): each system that is a model translates the first
+    # speed_lines test sources in batches of 32 and the first speed_lines_single one at a time; one untimed round,
+    # then speed_rounds timed ones, the systems taking turns; the median round counts. speed_rounds 0 = no speed
+    speed_rounds: int = 3
+    speed_lines: int = 64
+    speed_lines_single: int = 16
 
 
 def check_distill(d: DistillConfig) -> None:
@@ -68,7 +74,8 @@ def check_distill(d: DistillConfig) -> None:
     for key in ("chunk_lines",):
         if getattr(d, key) <= 0:
             raise ConfigError(f"distill.{key} must be > 0, got {getattr(d, key)}")
-    for key in ("teacher_beam", "max_chars", "sample", "int8_finetune_updates"):
+    for key in ("teacher_beam", "max_chars", "sample", "int8_finetune_updates", "speed_rounds", "speed_lines",
+                "speed_lines_single"):
         if getattr(d, key) < 0:
             raise ConfigError(f"distill.{key} must be >= 0, got {getattr(d, key)}")
     if not (math.isfinite(d.int8_finetune_lr) and d.int8_finetune_lr >= 0):

@@ -1,11 +1,11 @@
 """`nmt distill`: a big teacher into a small student, one resumable stage after another in one pipeline dir
-(nmt.distill.state): clean -> teacher -> data -> student -> student-int8 -> score.
+(nmt.distill.state): clean -> teacher -> data -> student -> student-int8 -> score -> report.
 
 Before any stage runs, the inputs are checked (a teacher given, its language pair the corpus', a translations file
 of the corpus' length), so a mistake is one line at once, not after an hour of translation. A finished stage is not
 run again; the unfinished one resumes: the teacher at its first untranslated chunk, the student's training and its
-int8-aware fine-tune at the update of their newest checkpoint (nmt train's own resume); the cheap stages (clean, data)
-are redone whole.
+int8-aware fine-tune at the update of their newest checkpoint (nmt train's own resume); the cheap stages (clean,
+data, score, report) are redone whole.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dataclasses import asdict
 from typing import Any
 
 from nmt.config.experiment import Config
-from nmt.distill import stages, teacher
-from nmt.distill.state import INT8_STAGE, STAGES, SYSTEMS, Pipeline
+from nmt.distill import report, stages, teacher
+from nmt.distill.state import INT8_STAGE, STAGES, Pipeline
 from nmt.errors import NmtError
 from nmt.log import console, show_progress
 
@@ -30,7 +30,7 @@ def teacher_stage(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]
 
 RUNNERS: dict[str, Stage] = {"clean": stages.clean, "teacher": teacher_stage, "data": stages.data,
                              "student": stages.student, INT8_STAGE: stages.student_int8,
-                             "score": stages.score_stage}
+                             "score": stages.score_stage, "report": report.report_stage}
 assert tuple(RUNNERS) == STAGES
 
 
@@ -81,18 +81,7 @@ def run(cfg: Config, *, force: bool = False, progress: bool | None = None) -> di
             pipe.start(name)
             started = time.monotonic()
             pipe.finish(name, runner(cfg, pipe, bars), time.monotonic() - started)
-        summary(pipe.record)
+        report.show(pipe.path, pipe.record)
         return pipe.record
     finally:
         pipe.release()
-
-
-def summary(record: dict[str, Any]) -> None:
-    """The last lines of a run: the teacher-student gap, and what int8 costs the student before and after its
-    int8-aware fine-tune."""
-    scores = record["stages"]["score"]["figures"]
-    for name, label in SYSTEMS.items():
-        if name in scores:
-            s = scores[name]
-            console.print(f"{label}: BLEU {s['bleu']:.2f}, chrF {s['chrf']:.2f}"
-                          + (f", {s['parameters']:,} parameters" if "parameters" in s else ""))

@@ -1,8 +1,8 @@
-"""The stages of `nmt distill` besides the teacher's: clean the corpus, build the student's data, train the student,
-fine-tune it for int8, score teacher and student (fp32, int8, int8 after the fine-tune). Each takes the config and
-the pipeline and returns its figures (what pipeline.json and `nmt info` show); each is made of nmt's own pieces
-(corpus reading, prepare, train, Translator, score), so the student is exactly what `nmt prepare` + `nmt train` would
-make of the same text.
+"""The stages of `nmt distill` besides the teacher's and the report's: clean the corpus, build the student's data,
+train the student, fine-tune it for int8, score teacher and student (fp32, int8, int8 after the fine-tune). Each
+takes the config and the pipeline and returns its figures (what pipeline.json and `nmt info` show); each is made of
+nmt's own pieces (corpus reading, prepare, train, Translator, score), so the student is exactly what `nmt prepare` +
+`nmt train` would make of the same text.
 """
 
 from __future__ import annotations
@@ -171,15 +171,16 @@ def parameters(ckpt: checkpoint.Checkpoint) -> int:
 
 def score_stage(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
     """Teacher and student on data.test: their translations in score/, BLEU and chrF (nmt score's sacreBLEU, BLEU's
-    tokenizer chosen for the target language) in score/scores.json. The student three times: fp32, int8 as
-    `nmt translate --quantize int8` makes it of the fp32 checkpoint (post-training quantization), and int8 after the
-    int8-aware fine-tune (when it ran)."""
+    tokenizer chosen for the target language) in score/scores.json, the references in score/test.ref.TGT. The
+    student three times: fp32, int8 as `nmt translate --quantize int8` makes it of the fp32 checkpoint (post-training
+    quantization), and int8 after the int8-aware fine-tune (when it ran)."""
     if not cfg.data.test:
         return {"skipped": "no data.test"}
     tgt = cfg.data.tgt_lang
     pairs = list(corpus_pairs(cfg, "test"))
     sources, refs = [s for s, _ in pairs], [t for _, t in pairs]
     folder = pipe.folder("score")
+    write_references(cfg, pipe, refs)
     tokenize = bleu_tokenizer(tgt).name
     systems: dict[str, Any] = {}
     hyps = {"teacher": teacher_test(cfg, sources), **student_systems(cfg, pipe)}
@@ -199,6 +200,15 @@ def score_stage(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
     figures = {"lines": len(pairs), "tokenize": tokenize, **systems}
     atomic_write_text(folder / "scores.json", json.dumps(figures, indent=1) + "\n")
     return figures
+
+
+def write_references(cfg: Config, pipe: Pipeline, refs: list[str] | None = None) -> Path:
+    """score/test.ref.TGT: data.test's references as the score stage scores them (read from data.test when not
+    given), so that `nmt score --ref` of this file and a system's output gives the stage's numbers again."""
+    path = pipe.folder("score") / f"test.ref.{cfg.data.tgt_lang}"
+    lines = refs if refs is not None else [t for _, t in corpus_pairs(cfg, "test")]
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return path
 
 
 def student_systems(cfg: Config, pipe: Pipeline) -> dict[str, Translator | None]:

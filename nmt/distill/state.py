@@ -10,7 +10,8 @@ PIPELINE_DIR/
   data/            the student's data dir (nmt prepare)
   student/         the student's run dir (nmt train)
   student-int8/    the run dir of its int8-aware fine-tune (nmt train from the student, fake-quantized)
-  score/           test.SYSTEM.TGT (teacher, student, student_int8, student_int8_tuned), scores.json
+  score/           test.SYSTEM.TGT (teacher, student, student_int8, student_int8_tuned), test.ref.TGT, scores.json
+  report.html      the report: scores, speed, sizes, the filters' evidence, stage times (nmt.distill.report)
 ```
 pipeline.json is replaced atomically after every change (a stage started, a teacher chunk done, a stage finished):
 a kill leaves the last record, whose unfinished stage the next run resumes. This module is the only one that knows
@@ -30,7 +31,7 @@ from nmt.io import atomic_write_text
 from nmt.rundir import RunLock
 
 INT8_STAGE = "student-int8"  # the int8-aware fine-tune of the student
-STAGES = ("clean", "teacher", "data", "student", INT8_STAGE, "score")
+STAGES = ("clean", "teacher", "data", "student", INT8_STAGE, "score", "report")
 # the systems the score stage translates data.test with (scores.json's keys), as people read them: the student in
 # fp32, in int8 by post-training quantization (PTQ: `--quantize int8` of the fp32 checkpoint), and in int8 after the
 # int8-aware fine-tune
@@ -79,13 +80,23 @@ FIRST_AFFECTED = {
                      "distill.chunk_lines"), "teacher"),
     **dict.fromkeys(("distill.int8_finetune_updates", "distill.int8_finetune_lr"), "student-int8"),
     "distill.teacher_test_translations": "score",
+    **dict.fromkeys(("distill.speed_rounds", "distill.speed_lines", "distill.speed_lines_single"), "report"),
 }
+# what each stage writes in the pipeline dir (folders, and the report's page): removed when --force redoes it
 FOLDERS = {"clean": ["clean"], "teacher": ["teacher"], "data": ["distilled", "data"], "student": ["student"],
-           "student-int8": ["student-int8"], "score": ["score"]}
+           "student-int8": ["student-int8"], "score": ["score"], "report": ["report.html"]}
 
 
 def first_affected(key: str) -> str:
     return FIRST_AFFECTED.get(key, "student" if key.startswith("model.") else "data")
+
+
+def added_since(old_settings: dict[str, Any], record: dict[str, Any], key: str) -> bool:
+    """Whether `key` (section.key) is a setting the record does not have at all, added to nmt since it was written,
+    whose first stage has not run yet (the report's speed keys in a pipeline dir from before the report): nothing
+    made with it is there to redo."""
+    section, _, name = key.partition(".")
+    return name not in (old_settings.get(section) or {}) and record["stages"][first_affected(key)]["state"] == "pending"
 
 
 class Pipeline:
@@ -111,10 +122,15 @@ class Pipeline:
             self._save(record)
             return record
         record = read_record(self.path)
-        # a stage added since the record was written (student-int8) is still to run, in its place among the others
+        # a stage added since the record was written (student-int8, report) is still to run, in its place among the
+        # others
         record["stages"] = {name: record["stages"].get(name, {"state": "pending", "figures": {}}) for name in STAGES}
-        diffs = differences(record.get("settings") or {}, settings)
+        old_settings = record.get("settings") or {}
+        diffs = [d for d in differences(old_settings, settings) if not added_since(old_settings, record, d[0])]
         if not diffs:
+            if old_settings != settings:  # keys nmt added since, their stage still to run: recorded, nothing redone
+                record["settings"] = settings
+                self._save(record)
             return record
         start = min((first_affected(key) for key, _, _ in diffs), key=STAGES.index)
         if not force:
@@ -124,6 +140,8 @@ class Pipeline:
                            f"use --force to redo it from the {start} stage on, or choose another distill.dir")
         for name in STAGES[STAGES.index(start):]:
             for folder in FOLDERS[name]:
+                if (self.path / folder).is_file():
+                    (self.path / folder).unlink()
                 shutil.rmtree(self.path / folder, ignore_errors=True)
             record["stages"][name] = {"state": "pending", "figures": {}}
         record["settings"] = settings

@@ -74,4 +74,14 @@ def figures_line(name: str, f: dict[str, Any]) -> str:
                  + (f" ({f[who]['translate_s']:.1f} s)" if "translate_s" in f[who] else "")
                  for who, label in SYSTEMS.items() if who in f]
         return f"{f['lines']:,} test lines:\n" + "\n".join(parts)
+    if name == "report":
+        return report_line(f)
     return json.dumps(f)
+
+
+def report_line(f: dict[str, Any]) -> str:
+    """The report stage's figures: its page, and each model's decoding speed at batch 32 and 1."""
+    speeds = [f"{label}: " + " / ".join(f"{f[who][k]['tokens_per_s']:,.0f}" if k in f[who] else "-"
+                                        for k in ("batch32", "batch1"))
+              for who, label in SYSTEMS.items() if who in f and ("batch32" in f[who] or "batch1" in f[who])]
+    return f["html"] + ("; tokens/s at batch 32 / 1:\n" + "\n".join(speeds) if speeds else "")

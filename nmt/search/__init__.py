@@ -9,8 +9,8 @@ from nmt.search.beam import BeamStep
 from nmt.search.constrained import Terms
 from nmt.search.forced import forced
 from nmt.search.loop import run
-from nmt.search.scoring import Hypothesis, length_penalty_divisor, max_lengths
+from nmt.search.scoring import Hypothesis, generated_tokens, length_penalty_divisor, max_lengths
 from nmt.search.settings import SearchSettings
 
-__all__ = ["BeamStep", "Hypothesis", "SearchSettings", "Terms", "forced", "length_penalty_divisor", "max_lengths",
-           "run"]
+__all__ = ["BeamStep", "Hypothesis", "SearchSettings", "Terms", "forced", "generated_tokens",
+           "length_penalty_divisor", "max_lengths", "run"]

@@ -8,6 +8,7 @@ At that length EOS is forced."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -25,6 +26,13 @@ class Hypothesis:
     # token i (the last one EOS), columns are the non-pad source tokens. Each row sums to 1.
     attention: Tensor | None = None
 
+
+
+def generated_tokens(nbests: Iterable[Sequence[Hypothesis]]) -> int:
+    """The output tokens of each sentence's best hypothesis, EOS not counted (a sentence without hypotheses, an
+    empty line, counts 0): the tokens of decoding tokens/s, as bench/translate.py, bench/precision.py and the report
+    of `nmt distill` count them."""
+    return sum(len(nbest[0].tokens) for nbest in nbests if nbest)
 
 class Move(NamedTuple):
     """What a strategy's step decided: the next input token of each row, and how the cache follows (`keep`: the

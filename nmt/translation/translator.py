@@ -27,7 +27,7 @@ from nmt.device import pick_device
 from nmt.errors import NmtError
 from nmt.log import console
 from nmt.precision import for_inference, prepare
-from nmt.search import Hypothesis, SearchSettings, run
+from nmt.search import Hypothesis, SearchSettings, generated_tokens, run
 from nmt.threads import FreeCores
 from nmt.tokenizer import Tokenizer
 from nmt.translation import terminology
@@ -58,6 +58,12 @@ class Translation:
     hypotheses: list[Hypothesis]
     text: list[str]
     truncated_from: int = 0  # the line's source tokens when they were more than max_input_tokens
+
+
+def output_tokens(results: Iterable[Translation]) -> int:
+    """The tokens the search generated for these lines (each line's best hypothesis, EOS not counted): what decoding
+    tokens/s counts (nmt.search.generated_tokens)."""
+    return generated_tokens(r.hypotheses for r in results)
 
 
 class SentenceTranslator(Protocol):

@@ -15,7 +15,8 @@ def test_every_key_can_be_set_with_set():
     values = {"dir": "p", "teacher": "t.pt", "teacher_test_translations": "test.hyp", "teacher_beam": 2,
               "teacher_device": "cpu", "chunk_lines": 7, "max_chars": 50, "max_ratio": 2.5, "dedup": False,
               "copies": False, "digits": False, "script_share": 0.25, "langid_min_prob": 0.5, "sample": 3,
-              "references": 0.5, "seed": 9, "int8_finetune_updates": 20, "int8_finetune_lr": 1e-4}
+              "references": 0.5, "seed": 9, "int8_finetune_updates": 20, "int8_finetune_lr": 1e-4,
+              "speed_rounds": 5, "speed_lines": 32, "speed_lines_single": 4}
     assert set(values) | {"teacher_translations"} == set(DistillConfig.__dataclass_fields__)
     cfg = load_config(None, [f"distill.{k}={v}" for k, v in values.items()])
     assert {k: getattr(cfg.distill, k) for k in values} == values
@@ -31,6 +32,8 @@ def test_every_key_can_be_set_with_set():
     ("distill.script_share=-0.1", r"distill.script_share must be in \[0, 1\]"),
     ("distill.langid_min_prob=2", r"distill.langid_min_prob must be in \[0, 1\]"),
     ("distill.int8_finetune_updates=-1", "distill.int8_finetune_updates must be >= 0"),
+    ("distill.speed_rounds=-1", "distill.speed_rounds must be >= 0"),
+    ("distill.speed_lines_single=-2", "distill.speed_lines_single must be >= 0"),
     ("distill.int8_finetune_lr=-1e-4", r"distill.int8_finetune_lr must be >= 0 \(0: a fiftieth of the student's\)"),
     ("distill.dir=", "distill.dir"),
     ("distill.chunk_lines=many", "config key 'distill.chunk_lines' expects int"),

@@ -46,7 +46,7 @@ def test_the_chain_through_the_command_line(raw, tmp_path):
         assert len(hyps) == 20
         assert figures["score"][who]["bleu"] == round(score(hyps, [refs], metrics=("bleu",))["bleu"]["score"], 2)
     assert figures["score"]["teacher"]["parameters"] > figures["score"]["student"]["parameters"]
-    assert "teacher: BLEU" in result.stderr and "student: BLEU" in result.stderr
+    assert "student - teacher: BLEU" in result.stderr and f"report: {pipe / 'report.html'}" in result.stderr
 
     info = run_cli("info", pipe)
     assert info.exit_code == 0 and all(s in info.stdout for s in STAGES) and "teacher: BLEU" in info.stdout
@@ -110,13 +110,13 @@ def test_a_kill_between_stages_resumes_at_the_unfinished_stage(raw, tmp_path, mo
         pipeline.run(cfg, progress=False)
     record = json.loads((tmp_path / "pipe" / "pipeline.json").read_text())
     assert [record["stages"][s]["state"] for s in STAGES] == ["done", "done", "running", "pending", "pending",
-                                                              "pending"]
+                                                              "pending", "pending"]
     monkeypatch.undo()
     ran = []
     for name, runner in list(pipeline.RUNNERS.items()):
         monkeypatch.setitem(pipeline.RUNNERS, name, lambda *a, _n=name, _r=runner: ran.append(_n) or _r(*a))
     record = pipeline.run(load_config(None, distill_overrides(raw, tmp_path / "pipe")), progress=False)
-    assert ran == ["data", "student", "student-int8", "score"]
+    assert ran == ["data", "student", "student-int8", "score", "report"]
     assert record["stages"]["data"]["resumed"] is True and record["stages"]["student"]["resumed"] is False
 
 
@@ -222,7 +222,7 @@ def test_a_new_student_keeps_the_teachers_translations(raw, tmp_path, monkeypatc
     with pytest.raises(NmtError, match=r"\(model.encoder_layers: 2 vs 3\); use --force to redo it from the student"):
         pipeline.run(deeper, progress=False)
     pipeline.run(deeper, force=True, progress=False)
-    assert ran == ["student", "student-int8", "score"]
+    assert ran == ["student", "student-int8", "score", "report"]
     assert (tmp_path / "pipe" / "teacher" / "train.de").stat().st_mtime_ns == teacher_output.st_mtime_ns
 
 
