@@ -34,6 +34,7 @@ def generated_tokens(nbests: Iterable[Sequence[Hypothesis]]) -> int:
     of `nmt distill` count them."""
     return sum(len(nbest[0].tokens) for nbest in nbests if nbest)
 
+
 class Move(NamedTuple):
     """What a strategy's step decided: the next input token of each row, and how the cache follows (`keep`: the
     sentences still searching, None: all of them; `parents` [kept, rows per sentence]: the row of that sentence each
