@@ -64,6 +64,11 @@ class OdfParagraph:
                 self._runs.append(Run(ATOM_TEXT, path, atom=True))
             self._text(child.tail, path)
 
+    def code_spans(self) -> list[etree._Element]:
+        """The spans kept as inline code, in order (what bench/office_fixtures.py counts)."""
+        return [atom for _, atom in sorted(self._atoms.items()) if _container(atom) and self._is_code(atom)
+                and "".join(atom.itertext())]
+
     def _is_code(self, span: etree._Element) -> bool:
         kind = self._code.get(span.get(STYLE_NAME, ""))
         return kind is not None and (kind != BY_FONT or self._by_font)

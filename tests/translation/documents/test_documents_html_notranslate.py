@@ -102,3 +102,11 @@ def test_a_kept_region_renders_from_texts_as_serve_does() -> None:
     out = doc.render(["Kauf heute.", "rotes Auto"])
     assert '<span translate="no">Acme <b translate="yes">rotes Auto</b></span>' in out and "Kauf" in out
     assert doc.render(doc.texts) == '<p>Buy <span translate="no">Acme <b translate="yes">red car</b></span> today.</p>'
+
+
+def test_xhtml_as_in_an_epub_follows_the_same_inheritance() -> None:
+    # An EPUB's XHTML: "<span translate="yes"/>" is an empty element (nothing to translate, kept with its parent)
+    fragment = '<p translate="no">Keep <span translate="yes"/> it <b translate="yes">red car</b>.</p>'
+    doc = parse_html(fragment, xml=True)
+    assert doc.texts == ["red car"]
+    assert doc.write(reverse_upper(doc.paragraphs())) == fragment.replace("red car", "CAR RED")

@@ -11,9 +11,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from lxml import etree
 
 from nmt.translation.documents import odt as odt_format
 from nmt.translation.documents.codefont import monospaced
+from nmt.translation.documents.odt_styles import StyleTable
 from tests.helpers.documents import upper
 
 NS = ('xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
@@ -58,12 +60,17 @@ def span(style: str, text: str) -> str:
     return f'<text:span text:style-name="{style}">{text}</text:span>'
 
 
+def content_xml(body: str) -> str:
+    """content.xml with FONTS and AUTOMATIC, `body` its text."""
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<office:document-content {NS} office:version="1.3">{FONTS}'
+            f'<office:automatic-styles>{AUTOMATIC}</office:automatic-styles><office:body><office:text>{body}'
+            '</office:text></office:body></office:document-content>')
+
+
 def odt(path: Path, body: str, styles_first: bool = False, header: str = "") -> Path:
-    """An .odt: content.xml with FONTS and AUTOMATIC, styles.xml with a named "Code Char" style in Consolas (its
-    font declared there only) and a master page whose header is `header`."""
-    content = (f'<?xml version="1.0" encoding="UTF-8"?>\n<office:document-content {NS} office:version="1.3">{FONTS}'
-               f'<office:automatic-styles>{AUTOMATIC}</office:automatic-styles><office:body><office:text>{body}'
-               '</office:text></office:body></office:document-content>')
+    """An .odt: content_xml(body), styles.xml with a named "Code Char" style in Consolas (its font declared there
+    only) and a master page whose header is `header`."""
+    content = content_xml(body)
     styles = (f'<?xml version="1.0" encoding="UTF-8"?>\n<office:document-styles {NS} office:version="1.3">'
               '<office:font-face-decls><style:font-face style:name="Consolas" svg:font-family="Consolas" '
               'style:font-pitch="variable"/></office:font-face-decls><office:styles>'
@@ -132,6 +139,15 @@ def test_a_header_uses_the_automatic_styles_of_styles_xml(tmp_path: Path) -> Non
     header = f"<text:p>Version {span('T1', 'v2.1-rc')} of the guide</text:p>"
     _, styles = translated(tmp_path, "<text:p>Body text here.</text:p>", header=header)
     assert f"VERSION {span('T1', 'v2.1-rc')} OF THE GUIDE" in styles
+
+
+def test_code_spans_are_what_the_paragraph_keeps() -> None:
+    # bench/office_fixtures.py counts code runs with OdfParagraph.code_spans: the spans it keeps, nothing else
+    root = etree.fromstring(content_xml("").encode())
+    p = etree.fromstring(f'<text:p {NS}>Use {span("T2", "cp")} and {span("Source_20_Text", "mv")} in '
+                         f'{span("T5", "Arial")} text.</text:p>')
+    spans = odt_format.OdfParagraph(p, code=StyleTable.read(root).code()).code_spans()
+    assert ["".join(s.itertext()) for s in spans] == ["cp", "mv"]
 
 
 @pytest.mark.parametrize("names, pitch, code", [
