@@ -110,3 +110,13 @@ def test_xhtml_as_in_an_epub_follows_the_same_inheritance() -> None:
     doc = parse_html(fragment, xml=True)
     assert doc.texts == ["red car"]
     assert doc.write(reverse_upper(doc.paragraphs())) == fragment.replace("red car", "CAR RED")
+
+
+def test_translate_yes_nested_past_the_bound_is_kept_with_its_parent() -> None:
+    # no, yes, no, yes... 40 deep: the first MAX_RESUMED "yes" subtrees are translated, deeper ones kept as written
+    from nmt.translation.documents.html_source import MAX_RESUMED
+
+    fragment = "<p>" + '<span translate="no">k <b translate="yes">word here ' * 40 + "end" + "</b></span>" * 40 + "</p>"
+    doc = parse_html(fragment)
+    assert len(doc.texts) == MAX_RESUMED and doc.render(doc.texts) == fragment
+    assert translated(fragment).count("HERE WORD") == MAX_RESUMED
