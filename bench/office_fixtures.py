@@ -1,14 +1,15 @@
-"""Real Word and PowerPoint files through `nmt translate`, checked for what issue 46 is about: does the output open
-(python-docx / python-pptx), how many atoms (a footnote reference, a drawing, math, an empty field, a slide number,
-inline code)
-touch a letter or another atom where they did not in the source, doubled punctuation, revision ids shared within a
-part, and runs still marked with the source language.
+"""Real Word, PowerPoint and OpenDocument files through `nmt translate`, checked for what issue 46 is about: does the
+output open (python-docx / python-pptx / odfpy), how many atoms (a footnote reference, a drawing, math, an empty
+field, a slide number, inline code) touch a letter or another atom where they did not in the source, doubled
+punctuation, revision ids shared within a part, runs still marked with the source language, and how many inline
+code runs (ODT: spans, by nmt's rule of code styles and fonts) come back as written.
 
-    python bench/office_fixtures.py --checkpoint tests/fixtures/demo-model.pt a.docx b.pptx ...
+    python bench/office_fixtures.py --checkpoint tests/fixtures/demo-model.pt a.docx b.pptx c.odt ...
 
-Each count is the output's beside the source's (a source may have them already); "opens" is python-docx's or
-python-pptx's verdict. Real files: pandoc's test/docx, Apache POI's test-data/document (delins.docx) and slideshow,
-e.g. `git --git-dir=<pandoc mirror> show HEAD:test/docx/inline_code.docx > inline_code.docx`."""
+Each count is the output's beside the source's (a source may have them already); "opens" is python-docx's,
+python-pptx's or odfpy's verdict. Real files: pandoc's test/docx and test/odt/odt, Apache POI's test-data/document
+(delins.docx) and slideshow, e.g. `git --git-dir=<pandoc mirror> show HEAD:test/docx/inline_code.docx >
+inline_code.docx`."""
 
 from __future__ import annotations
 
@@ -68,7 +69,50 @@ def glued(text: str) -> int:
         (k and (text[k - 1].isalnum() or text[k - 1] == MARK)) or (k + 1 < len(text) and text[k + 1].isalnum())))
 
 
+def measure_odt(path: Path) -> Counter[str]:
+    """An .odt's paragraphs (content.xml, styles.xml's headers and footers): inline code spans as nmt keeps them
+    (shown as marks), glued and doubled punctuation."""
+    from nmt.translation.documents.odt import TEXT, OdfParagraph
+    from nmt.translation.documents.odt_styles import StyleTable
+
+    counts: Counter[str] = Counter()
+    with zipfile.ZipFile(path) as z:
+        names = set(z.namelist())
+        parser = etree.XMLParser(resolve_entities=False, no_network=True)  # odfpy's nasty.odt names a file
+        named = StyleTable.read(etree.fromstring(z.read("styles.xml"), parser), False) if "styles.xml" in names \
+            else None
+        for name in ("content.xml", "styles.xml"):
+            if name not in names:
+                continue
+            root = etree.fromstring(z.read(name), parser)
+            code = (named or StyleTable()).merged(StyleTable.read(root)).code()
+            for p in root.iter(f"{{{TEXT}}}p", f"{{{TEXT}}}h"):
+                spans = OdfParagraph(p, code=code).code_spans()
+                texts = ["".join(span.itertext()) for span in spans]
+                counts["code runs"] += len(texts)
+                counts.update(f"code: {text}" for text in texts)
+                shown = _odt_shown(p, set(spans))
+                counts["glued atoms"] += glued(shown)
+                counts["doubled punctuation"] += len(DOUBLED.findall(shown))
+    return counts
+
+
+def _odt_shown(el: etree._Element, spans: set[etree._Element]) -> str:
+    """A paragraph as read: its text, each code span one mark, text:s/tab/line-break as the space they are."""
+    out = [el.text or ""]
+    for child in el:
+        if child in spans:
+            out.append(MARK)
+        elif isinstance(child.tag, str):
+            name = etree.QName(child).localname
+            out.append({"s": " ", "tab": "\t", "line-break": "\n"}.get(name) or _odt_shown(child, spans))
+        out.append(child.tail or "")
+    return "".join(out)
+
+
 def measure(path: Path, source_lang: str) -> Counter[str]:
+    if path.suffix == ".odt":
+        return measure_odt(path)
     counts: Counter[str] = Counter()
     with zipfile.ZipFile(path) as z:
         for name in z.namelist():
@@ -99,6 +143,10 @@ def opens(path: Path) -> bool:
             import docx
 
             docx.Document(path)
+        elif path.suffix == ".odt":
+            from odf.opendocument import load
+
+            load(str(path))
         else:
             import pptx
 

@@ -30,8 +30,9 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from nmt import workbudget
-from nmt.translation.documents.html import HtmlDoc, parse_html, source_slices
+from nmt.translation.documents.html import HtmlDoc, parse_html
 from nmt.translation.documents.html_inline import HtmlParagraph, text_tokens
+from nmt.translation.documents.html_source import source_slices
 from nmt.translation.documents.safezip import SafeZip, open_zip, removed_on_error
 from nmt.translation.documents.txt import TranslateParagraphs
 

@@ -13,10 +13,12 @@ interval)."""
 
 from __future__ import annotations
 
+import bisect
 import html
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from nmt import workbudget
 from nmt.translation.documents import atoms
@@ -47,13 +49,22 @@ _URL_LIKE = re.compile(r"(?:[a-z][a-z0-9+.-]*://|www\.|mailto:)\S*|[@#][\w.@-]+|
 _TRAILING = ".,;:!?)]»”’'\""  # punctuation after a URL or mention that belongs to the sentence
 
 
+class Region(Protocol):
+    """A kept region with translate="yes" parts (nmt.translation.documents.html.HtmlDoc): an atom of a paragraph
+    whose text is written by its own paragraphs."""
+
+    def source(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class Token:
-    """A piece of a paragraph's source: "text", "atom", "open" or "close" (an inline tag named `tag`)."""
+    """A piece of a paragraph's source: "text", "atom", "open" or "close" (an inline tag named `tag`); an atom may
+    be a kept `Region` (its `raw`: the region's source)."""
 
     kind: str
     raw: str
     tag: str = ""
+    kept: Region | None = None
 
 
 def text_tokens(raw: str) -> list[Token]:
@@ -71,15 +82,23 @@ def text_tokens(raw: str) -> list[Token]:
 
 
 class HtmlParagraph:
-    """One paragraph: `texts` to translate, `render` writes it back with their translations."""
+    """One paragraph: `texts` to translate, `render` writes it back with their translations. `kept`: its atoms that
+    are kept regions with translate="yes" parts, in order; `render` and `write` take their written text."""
 
     def __init__(self, tokens: Sequence[Token]):
         self._raw = "".join(t.raw for t in tokens)
+        self.kept = [t.kept for t in tokens if t.kept is not None]
+        self._spans: list[tuple[int, int]] = []  # each kept region's place in the paragraph's source
+        at = 0
+        for t in tokens:
+            self._spans += [(at, at + len(t.raw))] if t.kept is not None else []
+            at += len(t.raw)
         tokens = glue_separators(_atoms_for_unpaired(list(tokens)))
         self._open: dict[int, str] = {}
         self._close: dict[int, str] = {}
         self._sources: list[tuple[str, list[int] | None]] = []  # each run's raw text and decoded -> raw offsets
-        runs, stack = [], []
+        self._atom_at: dict[int, int] = {}  # an atom run's offset in the paragraph's source (for `kept`)
+        runs, stack, at = [], [], 0
         budget = workbudget.current()
         path: tuple[int, ...] = ()  # tuple(stack), built again only when the stack changed (runs share it)
         for k, token in enumerate(tokens):
@@ -93,12 +112,14 @@ class HtmlParagraph:
                 self._close[stack.pop()] = token.raw
                 path = tuple(stack)
             elif token.kind == "atom":
+                self._atom_at[len(runs)] = at
                 runs.append(Run(token.raw, path, atom=True))
                 self._sources.append((token.raw, None))
             else:
                 decoded, where = _decode(token.raw)
                 runs.append(Run(decoded, path))
                 self._sources.append((token.raw, where))
+            at += len(token.raw)
         self._paragraph = Paragraph(runs, translatable=_translatable)
         cuts = [(k, i) for k, a, b in self._paragraph.slices() for i in (a, b)]
         exact = all(self._sources[k][1] is None or self._sources[k][1][i] >= 0 for k, i in cuts)
@@ -110,18 +131,25 @@ class HtmlParagraph:
         nmt.translation.documents.paragraphs.translate_paragraphs."""
         return self._paragraph if self.texts else None
 
-    def render(self, translations: Sequence[str | Aligned]) -> str:
-        if all((t if isinstance(t, str) else t.text) == s for t, s in zip(translations, self.texts, strict=True)):
-            return self._raw
-        return self.write(self._paragraph.render(translations))
+    def source(self) -> str:
+        return self._raw
 
-    def write(self, pieces: Sequence[Piece]) -> str:
-        """The paragraph's markup around rendered pieces (of `paragraph.render`)."""
+    def render(self, translations: Sequence[str | Aligned], kept: Sequence[str] = ()) -> str:
+        """The paragraph with its texts translated, and `kept`: the written text of each of `self.kept`."""
+        if all((t if isinstance(t, str) else t.text) == s for t, s in zip(translations, self.texts, strict=True)):
+            return self._splice(self._raw, 0, kept)
+        return self.write(self._paragraph.render(translations), kept)
+
+    def write(self, pieces: Sequence[Piece] | None, kept: Sequence[str] = ()) -> str:
+        """The paragraph's markup around rendered pieces (of `paragraph.render`; None: its source), each of
+        `self.kept` written as `kept`."""
+        if pieces is None:
+            return self._splice(self._raw, 0, kept)
         out: list[str] = []
         path: Path = ()
         for piece in pieces:
             out += self._move(path, piece.path)
-            out.append(self._text(piece))
+            out.append(self._text(piece, kept))
             path = piece.path
         return "".join(out + self._move(path, ()))
 
@@ -132,12 +160,23 @@ class HtmlParagraph:
             common += 1
         return [self._close[k] for k in reversed(old[common:])] + [self._open[k] for k in new[common:]]  # type: ignore
 
-    def _text(self, piece: Piece) -> str:
+    def _text(self, piece: Piece, kept: Sequence[str]) -> str:
         if piece.source is None:
             return html.escape(piece.text, quote=False)
         k, a, b = piece.source
         raw, where = self._sources[k]
-        return raw if where is None else raw[where[a]:where[b]]
+        return self._splice(raw, self._atom_at[k], kept) if where is None else raw[where[a]:where[b]]
+
+    def _splice(self, raw: str, offset: int, kept: Sequence[str]) -> str:
+        """`raw` (the paragraph's source from `offset`) with the kept regions in it written as `kept`."""
+        if not kept:
+            return raw
+        out, at, k = [], offset, bisect.bisect_left(self._spans, (offset, offset))
+        while k < len(self._spans) and self._spans[k][1] <= offset + len(raw):
+            a, b = self._spans[k]
+            out += [raw[at - offset:a - offset], kept[k]]
+            at, k = b, k + 1
+        return "".join(out) + raw[at - offset:]
 
 
 def _atoms_for_unpaired(tokens: list[Token]) -> list[Token]:

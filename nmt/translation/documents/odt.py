@@ -5,18 +5,21 @@ Worked on the ODF XML with lxml (odfpy, used by the tests to build and read docu
 document on save; here only the paragraphs whose text changed are rebuilt). Parts: content.xml (body, tables,
 frames, lists) and the master pages of styles.xml (headers and footers). Containers: text:span (a style) and text:a
 (a link), nested as written. Atoms, kept as they are in their place: spaces and tabs (text:s, text:tab), line
-breaks, bookmarks, fields, frames, a span in a character style of code (CODE_STYLES), and notes (text:note): a
-note's own paragraphs are translated as paragraphs of their own, inside the note element, which moves with its
-anchor."""
+breaks, bookmarks, fields, frames, a span of inline code, and notes (text:note): a note's own paragraphs are
+translated as paragraphs of their own, inside the note element, which moves with its anchor. Inline code is a span in
+a style of code (nmt.translation.documents.odt_styles): one named for code or deriving from one, always; one whose
+font is monospaced (LibreOffice's automatic T3 in Liberation Mono) only in a paragraph with other text: a paragraph
+all in a monospaced font (a screenplay's Courier) is prose."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from lxml import etree
 
 from nmt.translation.documents.inline import Paragraph, Piece, Run
+from nmt.translation.documents.odt_styles import BY_FONT, BY_NAME, CODE_STYLES, StyleTable
 from nmt.translation.documents.office_ooxml import (
     ATOM_TEXT,
     TranslateParagraphs,
@@ -29,19 +32,22 @@ from nmt.translation.documents.safezip import open_zip, removed_on_error
 TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
 OFFICE = "urn:oasis:names:tc:opendocument:xmlns:office:1.0"
 CONTAINERS = frozenset({"span", "a"})
-# Character styles of inline code: LibreOffice's "Source Text", "Teletype" and "User Entry", pandoc's Source_Text (a
-# span in one is an atom, as inline code is in Markdown and HTML; an automatic style deriving from one is not looked up)
-CODE_STYLES = frozenset({"Source_20_Text", "Source_Text", "Teletype", "User_20_Entry"})
+STYLE_NAME = f"{{{TEXT}}}style-name"
+NAMED_CODE = dict.fromkeys(CODE_STYLES, BY_NAME)  # without a document's styles: the code styles by name
 
 
 class OdfParagraph:
     """One text:p / text:h: `paragraph` to translate; `write(pieces)` puts the pieces back."""
 
-    def __init__(self, p: etree._Element, translatable: Callable[[str], bool] = lambda t: True):
+    def __init__(self, p: etree._Element, translatable: Callable[[str], bool] = lambda t: True,
+                 code: Mapping[str, str] = NAMED_CODE):
+        """`code`: the styles of inline code (nmt.translation.documents.odt_styles.StyleTable.code)."""
         self.p = p
         self._runs: list[Run] = []
         self._atoms: dict[int, etree._Element] = {}
         self._containers: dict[object, etree._Element] = {}
+        self._code = code
+        self._by_font = _prose(p, code)  # a span in a monospaced font is code only among other text
         self._scan(p, ())
         groups = [run.path if not run.atom or _seen(self._atoms[k]) else None for k, run in enumerate(self._runs)]
         self.paragraph = Paragraph(self._runs, translatable, groups=groups)
@@ -49,8 +55,7 @@ class OdfParagraph:
     def _scan(self, el: etree._Element, path: tuple[object, ...]) -> None:
         self._text(el.text, path)
         for child in el:  # (comments, processing instructions and entity references are atoms: no QName)
-            if isinstance(child.tag, str) and etree.QName(child).namespace == TEXT and local(child) in CONTAINERS \
-                    and "".join(child.itertext()) and child.get(f"{{{TEXT}}}style-name") not in CODE_STYLES:
+            if _container(child) and "".join(child.itertext()) and not self._is_code(child):
                 handle = (local(child), len(self._containers))
                 self._containers[handle] = child
                 self._scan(child, path + (handle,))
@@ -58,6 +63,15 @@ class OdfParagraph:
                 self._atoms[len(self._runs)] = child
                 self._runs.append(Run(ATOM_TEXT, path, atom=True))
             self._text(child.tail, path)
+
+    def code_spans(self) -> list[etree._Element]:
+        """The spans kept as inline code, in order (what bench/office_fixtures.py counts)."""
+        return [atom for _, atom in sorted(self._atoms.items()) if _container(atom) and self._is_code(atom)
+                and "".join(atom.itertext())]
+
+    def _is_code(self, span: etree._Element) -> bool:
+        kind = self._code.get(span.get(STYLE_NAME, ""))
+        return kind is not None and (kind != BY_FONT or self._by_font)
 
     def _text(self, text: str | None, path: tuple[object, ...]) -> None:
         if text:
@@ -89,6 +103,22 @@ class OdfParagraph:
                 _append_text(parent, piece.text)
 
 
+def _container(el: etree._Element) -> bool:
+    return isinstance(el.tag, str) and etree.QName(el).namespace == TEXT and local(el) in CONTAINERS
+
+
+def _prose(el: etree._Element, code: Mapping[str, str]) -> bool:
+    """Whether a paragraph (or a container in it) has text outside its spans of code: in itself or its containers,
+    not in its atoms (a note's text, a field's)."""
+    if (el.text or "").strip():
+        return True
+    for child in el:
+        if (child.tail or "").strip() or _container(child) and child.get(STYLE_NAME, "") not in code \
+                and _prose(child, code):
+            return True
+    return False
+
+
 def _seen(atom: etree._Element) -> bool:
     """Whether a reader sees an atom as text or an object (a field, a note's citation, a frame), so that the
     punctuation written against it goes with it (nmt.translation.documents.atoms); spaces, tabs, breaks, bookmarks,
@@ -114,14 +144,22 @@ def translate(src: Path, dst: Path, translate_paragraphs: TranslateParagraphs) -
     """`src` translated into `dst`, one part at a time as the output is written; the number of paragraphs
     translated."""
     count = 0
+    named: StyleTable | None = None  # styles.xml's named styles and fonts, which content.xml's styles derive from
 
     def translated(name: str) -> bytes | None:
-        nonlocal count
+        nonlocal count, named
         if name not in ("content.xml", "styles.xml"):
             return None
         part = box.part(name)
-        count += translate_elements(_paragraphs(part.tree.getroot(), name == "styles.xml"),
-                                    lambda p: OdfParagraph(p, translatable), translate_paragraphs)
+        root = part.tree.getroot()
+        if name == "styles.xml":
+            named = named if named is not None else StyleTable.read(root, automatic=False)
+        elif named is None:  # content.xml first (pandoc's order): styles.xml read for its styles alone
+            named = StyleTable.read(box.xml("styles.xml").getroot(), False) if "styles.xml" in box.names() \
+                else StyleTable()
+        code = named.merged(StyleTable.read(root)).code()
+        count += translate_elements(_paragraphs(root, name == "styles.xml"),
+                                    lambda p: OdfParagraph(p, translatable, code), translate_paragraphs)
         return part.serialize()
 
     with removed_on_error(dst), open_zip(src, "odt", "content.xml") as box:
