@@ -192,9 +192,10 @@ def packages_section(path: Path, export: dict[str, Any], scores: dict[str, Any],
     notes = [f"Made by <code>nmt export</code> of {esc(export['from'])}. Size: the bytes on disk (a directory: all "
              "its files).", esc(package_gap(scores, export)),
              "CTranslate2's BLEU and chrF: the package itself translated the test set on the CPU with "
-             "<code>compute_type=\"int8\"</code> (CTranslate2 rounds the activations to int8 too), with nmt's search "
-             "settings and the <code>average</code> length penalty (CTranslate2 has no other), scored as the systems "
-             f"above: <code>{esc(rescore)}</code> gives them again." if "bleu" in ct2 else "",
+             "<code>compute_type=\"int8\"</code> (which rounds more than nmt's int8: the embeddings too, the "
+             "activations row by row), with nmt's search settings and the <code>average</code> length penalty "
+             f"(CTranslate2 has no other), scored as the systems above: <code>{esc(rescore)}</code> gives them again."
+             if "bleu" in ct2 else "",
              "The Argos package is not installed here (that writes into Argos Translate's own package directory): "
              "<code>argostranslate.package.install_from_path(PATH)</code> installs it, then LibreTranslate serves "
              "it." if "path" in (packages.get("argos") or {}) else "",
