@@ -13,7 +13,8 @@ The floors (what a package may import besides itself), bottom up:
 - plot/ (data, train: the paper's pictures draw the real schedule and batches);
 - translation/ (data: batches; search; plot: `nmt translate --attention` draws);
 - explain/ (translation, search, data); interop/ (root and config only); serve/ (translation, explain);
-- distill/ (data: prepare; train; translation: the teacher's and the student's translations);
+- distill/ (data: prepare; train; translation: the teacher's and the student's translations; interop: its export
+  stage runs `nmt export`);
 - cli/ imports every stage and no stage imports it (`python -m nmt` is its entry point)."""
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ FLOORS = {  # package -> the packages it may import (besides itself and BASE)
     "data": {"demo"}, "train": {"data", "search"}, "plot": {"data", "train"},
     "translation": {"data", "search", "plot"}, "explain": {"data", "search", "translation"},
     "interop": set(), "serve": {"translation", "explain"},
-    "distill": {"data", "train", "translation"},
+    "distill": {"data", "train", "translation", "interop"},
     "cli": set(PACKAGES) | {ROOT},
 }
 CONFIG_IMPORTS = {"errors"}  # config sits under the root modules that store it

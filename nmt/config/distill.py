@@ -1,6 +1,6 @@
 """The `distill` section of the config: where `nmt distill` keeps its pipeline, which teacher it distils, how it
 cleans the corpus, how much of the original references the student sees, how long its int8-aware fine-tune is and
-how the report measures decoding speed. The corpus itself is the `data`
+how the report measures decoding speed, which packages the export stage makes. The corpus itself is the `data`
 section's train/valid/test (read as `nmt prepare` reads them), and the student is the config's `model`, `train` and
 `decode` sections: a distillation config is an ordinary config with this section added. A module of its own for its
 size; nmt.config.experiment loads and type-checks it like any section."""
@@ -8,15 +8,18 @@ size; nmt.config.experiment loads and type-checks it like any section."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nmt.errors import ConfigError
+
+# what distill.export may name: nmt.interop.export.TARGETS (config imports nothing of interop; a test keeps them equal)
+EXPORT_TARGETS = ("ct2", "argos", "hf")
 
 
 @dataclass
 class DistillConfig:
     """`nmt distill`: the pipeline dir, the teacher, the cleaning filters, the student's data mix, the int8-aware
-    fine-tune, the report's speed measurement."""
+    fine-tune, the report's speed measurement, the exported packages."""
 
     dir: str = "runs/distill"  # the pipeline dir: pipeline.json and one folder per stage
     # The teacher, one of: an nmt checkpoint or run dir (an imported OPUS-MT / Marian checkpoint too), or a file of
@@ -63,6 +66,11 @@ class DistillConfig:
     speed_rounds: int = 3
     speed_lines: int = 64
     speed_lines_single: int = 16
+    # The export stage: the final student (the int8-aware fine-tune's when it ran) as `nmt export --to TARGET` makes
+    # it, into PIPELINE_DIR/export/TARGET/: ct2 and argos with int8 weights, hf in float32 (it has no int8). A list or
+    # a comma string ("ct2,argos"); [] = no export. Default ct2 alone: its package is the one the stage scores (the
+    # int8 gap in the engine people deploy), and argos/hf add their extras for packages not everyone wants
+    export: list[str] | str = field(default_factory=lambda: ["ct2"])
 
 
 def check_distill(d: DistillConfig) -> None:
@@ -89,3 +97,17 @@ def check_distill(d: DistillConfig) -> None:
             raise ConfigError(f"distill.{key} must be in [0, 1], got {value}")
     if not 0 <= d.seed < 2**32:
         raise ConfigError(f"distill.seed must be in [0, 2**32), got {d.seed}")
+    d.export = export_targets(d.export)
+
+
+def export_targets(value: list[str] | str) -> list[str]:
+    """distill.export as a list of known targets, a comma string split, so that "ct2" and ["ct2"] are one setting in
+    pipeline.json (a rerun with either is not "other settings")."""
+    targets = [t.strip() for t in value.split(",") if t.strip()] if isinstance(value, str) else list(value)
+    for target in targets:
+        if target not in EXPORT_TARGETS:
+            raise ConfigError(f"distill.export: unknown target {target!r} (choose from {', '.join(EXPORT_TARGETS)}; "
+                              "[] exports nothing)")
+    if len(set(targets)) < len(targets):
+        raise ConfigError(f"distill.export names a target twice: {', '.join(targets)}")
+    return targets

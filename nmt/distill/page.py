@@ -22,6 +22,7 @@ from nmt.distill.state import STAGES, SYSTEMS
 # (system, system it is compared with): the gaps the report states
 GAPS = (("student", "teacher"), ("student_int8", "student"), ("student_int8_tuned", "student"))
 COLUMNS = ("system", "BLEU", "chrF", "tokens/s b32", "tokens/s b1", "parameters", "weights", "checkpoint file")
+PACKAGE_COLUMNS = ("package", "precision", "size", "BLEU", "chrF", "path")
 STYLE = """
 body { font: 15px/1.5 system-ui, sans-serif; margin: 2em auto; max-width: 70em; padding: 0 1em; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
@@ -99,7 +100,9 @@ def render(path: Path, record: dict[str, Any], figures: dict[str, Any], tgt: str
     parts = [f"<h1>Distillation report: {esc(path)}</h1>",
              f'<p class="note">Written {esc(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))} by '
              f"<code>nmt distill</code>. Machine: {esc(machine(figures))}.</p>",
-             systems_section(scores, figures), gaps_section(scores, figures), cleaning_section(path),
+             systems_section(scores, figures), gaps_section(scores, figures),
+             packages_section(path, (record["stages"].get("export") or {}).get("figures") or {}, scores, tgt),
+             cleaning_section(path),
              stages_section(record), commands_section(path, scores, tgt)]
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -147,6 +150,59 @@ def gaps_section(scores: dict[str, Any], figures: dict[str, Any]) -> str:
     return ("<h2>Gaps</h2>\n<ul>\n" + items + "</ul>\n<p class=\"note\">Each gap is the first system's score minus "
             "the second's: a negative number is a loss. A test set of a few hundred lines is small: a gap of a few "
             "tenths of a BLEU point can be noise.</p>")
+
+
+def package_rows(path: Path, export: dict[str, Any]) -> list[list[str]]:
+    """The packages table (PACKAGE_COLUMNS), one row per target of distill.export, as text; a package not made has
+    its note where its path would be."""
+    rows = []
+    for target, p in (export.get("packages") or {}).items():
+        where = "; ".join(text for text in (str(path / p["path"]) if "path" in p else "", p.get("note", "")) if text)
+        rows.append([target, p["precision"], megabytes(p.get("bytes")), f"{p['bleu']:.2f}" if "bleu" in p else "-",
+                     f"{p['chrf']:.2f}" if "chrf" in p else "-", where])
+    return rows
+
+
+def package_gap(scores: dict[str, Any], export: dict[str, Any]) -> str:
+    """The CTranslate2 int8 package against the fp32 student, and nmt's own int8 of the same weights beside it."""
+    ct2 = (export.get("packages") or {}).get("ct2") or {}
+    if "bleu" not in ct2 or "student" not in scores:
+        return ""
+    student = scores["student"]
+    line = (f"CTranslate2 int8 package - {SYSTEMS['student']}: BLEU {signed(ct2['bleu'] - student['bleu'])}, chrF "
+            f"{signed(ct2['chrf'] - student['chrf'])}.")
+    same = export.get("system")
+    if same in scores:
+        line += (f" {SYSTEMS[same]} - {SYSTEMS['student']}, the same weights in nmt's int8: BLEU "
+                 f"{signed(scores[same]['bleu'] - student['bleu'])}.")
+    return line
+
+
+def packages_section(path: Path, export: dict[str, Any], scores: dict[str, Any], tgt: str) -> str:
+    """The export stage's packages: size, BLEU where measured, path; how each is used."""
+    if not export:
+        return ""
+    if "skipped" in export:
+        return f"<h2>Packages</h2>\n<p>No packages: {esc(export['skipped'])}.</p>"
+    packages = export.get("packages") or {}
+    ct2 = packages.get("ct2") or {}
+    rescore = (f"nmt score --ref {shlex.quote(str(path / 'score' / f'test.ref.{tgt}'))} --hyp "
+               f"{shlex.quote(str(path / ct2.get('output', '')))} --metrics bleu,chrf --tokenize "
+               f"{shlex.quote(str(scores.get('tokenize')))}")
+    notes = [f"Made by <code>nmt export</code> of {esc(export['from'])}. Size: the bytes on disk (a directory: all "
+             "its files).", esc(package_gap(scores, export)),
+             "CTranslate2's BLEU and chrF: the package itself translated the test set on the CPU with "
+             "<code>compute_type=\"int8\"</code> (which rounds more than nmt's int8: the embeddings too, the "
+             "activations row by row), with nmt's search settings and the <code>average</code> length penalty "
+             f"(CTranslate2 has no other), scored as the systems above: <code>{esc(rescore)}</code> gives them again."
+             if "bleu" in ct2 else "",
+             "The Argos package is not installed here (that writes into Argos Translate's own package directory): "
+             "<code>argostranslate.package.install_from_path(PATH)</code> installs it, then LibreTranslate serves "
+             "it." if "path" in (packages.get("argos") or {}) else "",
+             "The Hugging Face directory holds float32 weights: it has no int8 form of its own (quantize after "
+             "loading in transformers)." if "path" in (packages.get("hf") or {}) else ""]
+    table_html = table(list(PACKAGE_COLUMNS), package_rows(path, export), numeric={2, 3, 4}, text={5})
+    return "<h2>Packages</h2>\n" + table_html + "".join(f'<p class="note">{n}</p>\n' for n in notes if n)
 
 
 def cleaning_section(path: Path) -> str:

@@ -1,11 +1,11 @@
 """`nmt distill`: a big teacher into a small student, one resumable stage after another in one pipeline dir
-(nmt.distill.state): clean -> teacher -> data -> student -> student-int8 -> score -> report.
+(nmt.distill.state): clean -> teacher -> data -> student -> student-int8 -> score -> export -> report.
 
 Before any stage runs, the inputs are checked (a teacher given, its language pair the corpus', a translations file
 of the corpus' length), so a mistake is one line at once, not after an hour of translation. A finished stage is not
 run again; the unfinished one resumes: the teacher at its first untranslated chunk, the student's training and its
 int8-aware fine-tune at the update of their newest checkpoint (nmt train's own resume); the cheap stages (clean,
-data, score, report) are redone whole.
+data, score, export, report) are redone whole.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import asdict
 from typing import Any
 
 from nmt.config.experiment import Config
-from nmt.distill import report, stages, teacher
+from nmt.distill import packages, report, stages, teacher
 from nmt.distill.state import INT8_STAGE, STAGES, Pipeline
 from nmt.errors import NmtError
 from nmt.log import console, show_progress
@@ -30,7 +30,8 @@ def teacher_stage(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]
 
 RUNNERS: dict[str, Stage] = {"clean": stages.clean, "teacher": teacher_stage, "data": stages.data,
                              "student": stages.student, INT8_STAGE: stages.student_int8,
-                             "score": stages.score_stage, "report": report.report_stage}
+                             "score": stages.score_stage, "export": packages.export_stage,
+                             "report": report.report_stage}
 assert tuple(RUNNERS) == STAGES
 
 

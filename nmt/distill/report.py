@@ -1,7 +1,7 @@
 """The report of `nmt distill`, its last stage: the systems the score stage scored (teacher, student fp32, student
 int8 by post-training quantization, student int8 after the int8-aware fine-tune) side by side, with their decoding
 speed on this machine, their size, and the gaps between them; as report.html in the pipeline dir (nmt.distill.page
-writes it) and as a table on the terminal at the end of `nmt distill`.
+writes it) and as a table on the terminal at the end of `nmt distill`. The export stage's packages follow them.
 
 Decoding speed: each system that is a model (a teacher given as a file of translations is not) translates the first
 `distill.speed_lines` test sources in batches of 32 (one search batch per call) and the first
@@ -146,10 +146,34 @@ def systems_table(record: dict[str, Any]) -> Table:
     return out
 
 
+def packages_table(path: Path, record: dict[str, Any]) -> Table | None:
+    """The packages table for the terminal (the one report.html shows); None when the export stage made none."""
+    rows = page.package_rows(path, (record["stages"].get("export") or {}).get("figures") or {})
+    if not rows:
+        return None
+    out = Table(title="the exported packages", title_justify="left")
+    for name in page.PACKAGE_COLUMNS:
+        out.add_column(name, justify="right" if name in ("size", "BLEU", "chrF") else "left", overflow="fold")
+    for row in rows:
+        out.add_row(*(Text(cell) for cell in row))
+    return out
+
+
+def show_packages(out: Console, path: Path, record: dict[str, Any]) -> None:
+    """The packages table and the CTranslate2 package's gap, when there are packages."""
+    packages = packages_table(path, record)
+    if packages is not None:
+        out.print(packages)
+    gap = page.package_gap(record["stages"]["score"]["figures"], record["stages"].get("export", {}).get("figures", {}))
+    if gap:
+        console.print(gap)
+
+
 def show(path: Path, record: dict[str, Any]) -> None:
-    """The end of `nmt distill`: the systems table, the gaps, where the report is."""
+    """The end of `nmt distill`: the systems table, the gaps, the packages, where the report is."""
     scores, report = record["stages"]["score"]["figures"], record["stages"]["report"]["figures"]
     if not any(name in scores for name in SYSTEMS):
+        show_packages(console, path, record)
         return
     # a log (not a terminal) gets the table unfolded: rich would fit it to 80 columns there
     wide = console if console.is_terminal else Console(file=console.file, width=max(console.width, 120),
@@ -157,5 +181,6 @@ def show(path: Path, record: dict[str, Any]) -> None:
     wide.print(systems_table(record))
     for line in page.gap_sentences(scores, report):
         console.print(line)
+    show_packages(wide, path, record)
     if report.get("html"):
         console.print(f"report: {path / report['html']}")

@@ -11,6 +11,8 @@ PIPELINE_DIR/
   student/         the student's run dir (nmt train)
   student-int8/    the run dir of its int8-aware fine-tune (nmt train from the student, fake-quantized)
   score/           test.SYSTEM.TGT (teacher, student, student_int8, student_int8_tuned), test.ref.TGT, scores.json
+  export/          the final student as packages (distill.export): ct2/ (a CTranslate2 model dir, int8),
+                   argos/SRC_TGT.argosmodel (int8), hf/ (float32); test.ct2.TGT: the ct2 package's test translations
   report.html      the report: scores, speed, sizes, the filters' evidence, stage times (nmt.distill.report)
 ```
 pipeline.json is replaced atomically after every change (a stage started, a teacher chunk done, a stage finished):
@@ -31,7 +33,7 @@ from nmt.io import atomic_write_text
 from nmt.rundir import RunLock
 
 INT8_STAGE = "student-int8"  # the int8-aware fine-tune of the student
-STAGES = ("clean", "teacher", "data", "student", INT8_STAGE, "score", "report")
+STAGES = ("clean", "teacher", "data", "student", INT8_STAGE, "score", "export", "report")
 # the systems the score stage translates data.test with (scores.json's keys), as people read them: the student in
 # fp32, in int8 by post-training quantization (PTQ: `--quantize int8` of the fp32 checkpoint), and in int8 after the
 # int8-aware fine-tune
@@ -80,11 +82,13 @@ FIRST_AFFECTED = {
                      "distill.chunk_lines"), "teacher"),
     **dict.fromkeys(("distill.int8_finetune_updates", "distill.int8_finetune_lr"), "student-int8"),
     "distill.teacher_test_translations": "score",
+    "distill.export": "export",
     **dict.fromkeys(("distill.speed_rounds", "distill.speed_lines", "distill.speed_lines_single"), "report"),
 }
 # what each stage writes in the pipeline dir (folders, and the report's page): removed when --force redoes it
 FOLDERS = {"clean": ["clean"], "teacher": ["teacher"], "data": ["distilled", "data"], "student": ["student"],
-           "student-int8": ["student-int8"], "score": ["score"], "report": ["report.html"]}
+           "student-int8": ["student-int8"], "score": ["score"], "export": ["export"],
+           "report": ["report.html"]}
 
 
 def first_affected(key: str) -> str:
@@ -122,9 +126,12 @@ class Pipeline:
             self._save(record)
             return record
         record = read_record(self.path)
+        added = [name for name in STAGES if name not in record["stages"]]
         # a stage added since the record was written (student-int8, report) is still to run, in its place among the
         # others
         record["stages"] = {name: record["stages"].get(name, {"state": "pending", "figures": {}}) for name in STAGES}
+        if added:  # the report shows every stage: redone to show the added one's figures (export: the packages)
+            record["stages"]["report"] = {"state": "pending", "figures": {}}
         old_settings = record.get("settings") or {}
         diffs = [d for d in differences(old_settings, settings) if not added_since(old_settings, record, d[0])]
         if not diffs:

@@ -76,6 +76,8 @@ def figures_line(name: str, f: dict[str, Any]) -> str:
         return f"{f['lines']:,} test lines:\n" + "\n".join(parts)
     if name == "report":
         return report_line(f)
+    if name == "export":
+        return export_line(f)
     return json.dumps(f)
 
 
@@ -85,3 +87,15 @@ def report_line(f: dict[str, Any]) -> str:
                                         for k in ("batch32", "batch1"))
               for who, label in SYSTEMS.items() if who in f and ("batch32" in f[who] or "batch1" in f[who])]
     return f["html"] + ("; tokens/s at batch 32 / 1:\n" + "\n".join(speeds) if speeds else "")
+
+
+def export_line(f: dict[str, Any]) -> str:
+    """The export stage's figures: one line per package (precision, size, BLEU where measured), or its note."""
+    lines = []
+    for target, p in (f.get("packages") or {}).items():
+        size = f", {p['bytes'] / 1e6:,.2f} MB" if "bytes" in p else ""
+        bleu = f", BLEU {p['bleu']:.2f} chrF {p['chrf']:.2f} ({p['translate_s']:.1f} s)" if "bleu" in p else ""
+        where = f" in {p['path']}" if "path" in p else ""
+        note = f"; {p['note']}" if "note" in p and where else f": {p['note']}" if "note" in p else ""
+        lines.append(f"{target} {p['precision']}{size}{bleu}{where}{note}")
+    return "\n".join(lines)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from nmt.config.distill import DistillConfig
+from nmt.config.distill import EXPORT_TARGETS, DistillConfig
 from nmt.config.experiment import Config, config_from_dict, load_config
 from nmt.errors import ConfigError
+from nmt.interop.export import TARGETS
 from tests.helpers.paths import CONFIGS
 
 
@@ -16,7 +17,7 @@ def test_every_key_can_be_set_with_set():
               "teacher_device": "cpu", "chunk_lines": 7, "max_chars": 50, "max_ratio": 2.5, "dedup": False,
               "copies": False, "digits": False, "script_share": 0.25, "langid_min_prob": 0.5, "sample": 3,
               "references": 0.5, "seed": 9, "int8_finetune_updates": 20, "int8_finetune_lr": 1e-4,
-              "speed_rounds": 5, "speed_lines": 32, "speed_lines_single": 4}
+              "speed_rounds": 5, "speed_lines": 32, "speed_lines_single": 4, "export": ["ct2", "argos"]}
     assert set(values) | {"teacher_translations"} == set(DistillConfig.__dataclass_fields__)
     cfg = load_config(None, [f"distill.{k}={v}" for k, v in values.items()])
     assert {k: getattr(cfg.distill, k) for k in values} == values
@@ -38,11 +39,25 @@ def test_every_key_can_be_set_with_set():
     ("distill.dir=", "distill.dir"),
     ("distill.chunk_lines=many", "config key 'distill.chunk_lines' expects int"),
     ("distill.refrences=0.5", "did you mean 'references'"),
+    ("distill.export=ct3", r"distill.export: unknown target 'ct3' \(choose from ct2, argos, hf; \[\] exports "
+                           r"nothing\)"),
+    ("distill.export=[ct2, 8]", "distill.export: unknown target 8"),
+    ("distill.export=ct2,hf,ct2", "distill.export names a target twice: ct2, hf, ct2"),
+    ("distill.export=", "config key 'distill.export' must not be null"),
 ])
 def test_bad_values_are_one_line_errors(override, message):
     with pytest.raises(ConfigError, match=message) as e:
         load_config(None, [override])
     assert "\n" not in str(e.value)
+
+
+def test_export_targets_are_a_list_or_a_comma_string():
+    """Either form is one list, so pipeline.json records one setting; [] exports nothing; the default is ct2."""
+    assert load_config(None, ["distill.export=ct2, argos"]).distill.export == ["ct2", "argos"]
+    assert load_config(None, ["distill.export=[hf]"]).distill.export == ["hf"]
+    assert load_config(None, ["distill.export=[]"]).distill.export == []
+    assert Config().distill.export == ["ct2"] and load_config(None).distill.export == ["ct2"]
+    assert set(EXPORT_TARGETS) == set(TARGETS)  # what the config accepts is what nmt export writes
 
 
 def test_two_teachers_are_refused():

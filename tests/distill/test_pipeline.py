@@ -110,13 +110,13 @@ def test_a_kill_between_stages_resumes_at_the_unfinished_stage(raw, tmp_path, mo
         pipeline.run(cfg, progress=False)
     record = json.loads((tmp_path / "pipe" / "pipeline.json").read_text())
     assert [record["stages"][s]["state"] for s in STAGES] == ["done", "done", "running", "pending", "pending",
-                                                              "pending", "pending"]
+                                                              "pending", "pending", "pending"]
     monkeypatch.undo()
     ran = []
     for name, runner in list(pipeline.RUNNERS.items()):
         monkeypatch.setitem(pipeline.RUNNERS, name, lambda *a, _n=name, _r=runner: ran.append(_n) or _r(*a))
     record = pipeline.run(load_config(None, distill_overrides(raw, tmp_path / "pipe")), progress=False)
-    assert ran == ["data", "student", "student-int8", "score", "report"]
+    assert ran == ["data", "student", "student-int8", "score", "export", "report"]
     assert record["stages"]["data"]["resumed"] is True and record["stages"]["student"]["resumed"] is False
 
 
@@ -222,7 +222,7 @@ def test_a_new_student_keeps_the_teachers_translations(raw, tmp_path, monkeypatc
     with pytest.raises(NmtError, match=r"\(model.encoder_layers: 2 vs 3\); use --force to redo it from the student"):
         pipeline.run(deeper, progress=False)
     pipeline.run(deeper, force=True, progress=False)
-    assert ran == ["student", "student-int8", "score", "report"]
+    assert ran == ["student", "student-int8", "score", "export", "report"]
     assert (tmp_path / "pipe" / "teacher" / "train.de").stat().st_mtime_ns == teacher_output.st_mtime_ns
 
 

@@ -12,12 +12,12 @@ from .paths import DEMO_MODEL
 
 # a student far smaller than the demo model, trained for a handful of updates: the tests check the pipeline, not
 # the student's quality (its int8-aware fine-tune is skipped: tests/distill/test_int8_finetune.py runs it; so is the
-# report's speed measurement: tests/distill/test_report.py measures it)
+# report's speed measurement: tests/distill/test_report.py measures it, and the export: tests/distill/test_export.py)
 STUDENT = ["model.d_model=32", "model.n_heads=2", "model.d_ff=64", "model.encoder_layers=2", "model.decoder_layers=1",
            "model.max_positions=256", "model.dropout=0", "train.max_tokens=512", "train.max_updates=8",
            "train.warmup=4", "train.lr=3e-3", "train.log_every=4", "train.valid_every=1000", "train.save_every=4",
            "train.valid_bleu_sentences=0", "train.average_last=2", "decode.beam=2",
-           "distill.int8_finetune_updates=0", "distill.speed_rounds=0"]
+           "distill.int8_finetune_updates=0", "distill.speed_rounds=0", "distill.export=[]"]
 
 
 def distill_overrides(raw: dict[str, str], pipeline: Path, *extra: str) -> list[str]:
