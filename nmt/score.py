@@ -1,4 +1,5 @@
-"""Corpus BLEU / chrF / TER through sacreBLEU, with the signatures that make scores comparable."""
+"""Corpus BLEU / chrF / TER through sacreBLEU, with the signatures that make scores comparable (and COMET, with
+nmt.comet, for `nmt score --comet`)."""
 
 from __future__ import annotations
 

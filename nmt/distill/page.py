@@ -158,8 +158,8 @@ def comet_note(scores: dict[str, Any]) -> str:
     if not comet:
         return ""
     return esc(f"COMET: the mean of the segment scores of the COMET model {comet['model']} ({comet['signature']}), "
-               "computed by nmt's own implementation of unbabel-comet's inference, which gives unbabel-comet's "
-               f"scores (tests/core/test_comet.py), in {comet['seconds']:,.1f} s.")
+               "computed by nmt's own implementation of unbabel-comet's inference (checked against unbabel-comet's "
+               f"own scores: tests/core/test_comet.py), in {comet['seconds']:,.1f} s.")
 
 
 def gaps_section(scores: dict[str, Any], figures: dict[str, Any]) -> str:
