@@ -1,4 +1,5 @@
-"""Corpus BLEU / chrF / TER through sacreBLEU, with the signatures that make scores comparable."""
+"""Corpus BLEU / chrF / TER through sacreBLEU, with the signatures that make scores comparable (and COMET, with
+nmt.comet, for `nmt score --comet`)."""
 
 from __future__ import annotations
 
@@ -179,10 +180,21 @@ def score_files(
     return score(read_lines(hyp), ref_lines, ref_names=[str(r) for r in refs], **kwargs)
 
 
+class CometOptions(NamedTuple):
+    """`nmt score --comet DIR --src FILE`: the COMET model dir, the sources, the batch size and the device."""
+
+    model: str | os.PathLike[str]
+    src: str | os.PathLike[str] | None
+    batch_size: int = 16
+    device: str = "cpu"
+
+
 def run(refs: Sequence[str | os.PathLike[str]], hyp: str | os.PathLike[str] | None, *, metrics: Sequence[str],
-        tokenize: str | None, lowercase: bool, json_out: bool, tgt_lang: str | None = None) -> str:
+        tokenize: str | None, lowercase: bool, json_out: bool, tgt_lang: str | None = None,
+        comet: CometOptions | None = None) -> str:
     """The `nmt score` command: the report for a hypothesis file (stdin when None) against references. BLEU's
-    tokenizer: `tokenize`, else chosen for `tgt_lang`, else for the language the first reference's suffix names."""
+    tokenizer: `tokenize`, else chosen for `tgt_lang`, else for the language the first reference's suffix names.
+    With `comet`, COMET too (nmt.comet), after the others."""
     if tgt_lang is not None:
         from nmt.langcodes import canonical
 
@@ -195,10 +207,39 @@ def run(refs: Sequence[str | os.PathLike[str]], hyp: str | os.PathLike[str] | No
         tokenize = chosen.name
         if chosen.note:
             print(f"note: {chosen.note}", file=sys.stderr)
+    uses_references = comet_references(comet, len(refs)) if comet is not None else False
     hyps = read_lines(hyp if hyp is not None else sys.stdin)
-    result = score(hyps, [read_lines(r) for r in refs], metrics=tuple(metrics), tokenize=tokenize,
-                   lowercase=lowercase, ref_names=[str(r) for r in refs])
+    ref_lines = [read_lines(r) for r in refs]
+    result = score(hyps, ref_lines, metrics=tuple(metrics), tokenize=tokenize, lowercase=lowercase,
+                   ref_names=[str(r) for r in refs])
+    if comet is not None:
+        result["comet"] = comet_score(comet, hyps, ref_lines[0] if uses_references else None)
     return format_json(result) if json_out else format_text(result)
+
+
+def comet_references(comet: CometOptions, refs: int) -> bool:
+    """Whether the COMET model scores against a reference (COMET-QE models do not); its dir checked, and the
+    options, before any text is read."""
+    from nmt.comet import open_dir
+
+    if comet.src is None:
+        raise NmtError("COMET scores a translation with its source: give --src FILE (one line per hypothesis line)")
+    uses_references = open_dir(comet.model).uses_references
+    if uses_references and refs != 1:
+        raise NmtError(f"COMET scores against one reference, but --ref is given {refs} times")
+    return uses_references
+
+
+def comet_score(comet: CometOptions, hyps: list[str], refs: list[str] | None) -> dict[str, Any]:
+    from nmt.comet import corpus_score
+    from nmt.log import show_progress
+
+    assert comet.src is not None
+    sources = read_lines(comet.src)
+    if len(sources) != len(hyps):
+        raise NmtError(f"--src {comet.src} has {len(sources):,} lines but the hypothesis has {len(hyps):,}")
+    return corpus_score(comet.model, sources, hyps, refs, batch_size=comet.batch_size, device=comet.device,
+                        progress=show_progress(None))
 
 
 def corpus_bleu(hyps: Sequence[str], refs: Sequence[str] | Sequence[Sequence[str]], tokenize: str = "13a") -> float:

@@ -235,6 +235,9 @@ def distill(
     teacher: Annotated[str | None, typer.Option(
         help="The teacher: an nmt checkpoint or run dir, or an imported OPUS-MT checkpoint (distill.teacher).")
     ] = None,
+    comet: Annotated[str | None, typer.Option(
+        metavar="DIR", help="Also score the test set with COMET from this local COMET model dir (distill.comet; "
+                            "docs/distill.md).")] = None,
     force: Annotated[bool, typer.Option(
         help="Go on in a pipeline dir made with other settings: the stages they change are redone.")] = False,
     progress: Annotated[bool | None, typer.Option(
@@ -242,8 +245,8 @@ def distill(
 ) -> None:
     """Distil a big teacher into a small student: clean the corpus (data.train) with evidence, translate it with the
     teacher (or take distill.teacher_translations), prepare and train the student (the config's model and train
-    sections) on the teacher's output, score teacher and student on data.test, and write DIR/report.html (scores,
-    decoding speed, sizes, the filters' evidence).
+    sections) on the teacher's output, score teacher and student on data.test (BLEU, chrF, and COMET with --comet),
+    and write DIR/report.html (scores, decoding speed, sizes, the filters' evidence).
 
     Each stage is recorded in DIR/pipeline.json; a rerun skips the finished stages and resumes the unfinished one
     (the teacher at its next chunk, training at its newest checkpoint). `nmt info DIR` shows the stages. Keys:
@@ -252,7 +255,7 @@ def distill(
     from nmt.distill.pipeline import run
 
     cfg = load_options_config(config, settings_of(overrides, **{"distill.dir": pipeline_dir,
-                                                                "distill.teacher": teacher}))
+                                                                "distill.teacher": teacher, "distill.comet": comet}))
     run(cfg, force=force, progress=progress)
 
 

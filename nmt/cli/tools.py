@@ -43,15 +43,28 @@ def score(
                           ] = None,
     lowercase: Annotated[bool, typer.Option(help="Case-insensitive scores.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON line instead of text.")] = False,
+    comet: Annotated[Path | None, typer.Option(
+        metavar="DIR", help="Add COMET, computed offline from this COMET model dir (hparams.yaml, "
+                            "checkpoints/model.ckpt: e.g. Unbabel/wmt22-comet-da; docs/score.md). Needs --src.")
+                     ] = None,
+    src: Annotated[Path | None, typer.Option(help="The source sentences, one per hypothesis line (for COMET).")
+                   ] = None,
+    comet_batch_size: Annotated[int, typer.Option(min=1, help="Segments per COMET forward pass.")] = 16,
+    comet_device: Annotated[str, typer.Option(help="Where COMET runs: cpu, cuda, cuda:N or auto.")] = "cpu",
 ) -> None:
-    """Score a translation against references with sacreBLEU (BLEU, chrF, TER). BLEU's tokenizer follows the target
-    language as sacreBLEU's own rule does: zh for Chinese, ja-mecab (else char) for Japanese, char for Thai, 13a
-    otherwise; the signature printed says which."""
+    """Score a translation against references with sacreBLEU (BLEU, chrF, TER), and with COMET when --comet names a
+    local COMET model. BLEU's tokenizer follows the target language as sacreBLEU's own rule does: zh for Chinese,
+    ja-mecab (else char) for Japanese, char for Thai, 13a otherwise; the signature printed says which."""
     from nmt import score as command
+    from nmt.errors import NmtError
 
+    if src is not None and comet is None:
+        raise NmtError("--src is read for COMET only: give --comet DIR too")
     tgt_lang = tgt_lang or target_language(data_dir, checkpoint)
+    options = command.CometOptions(comet, src, comet_batch_size, comet_device) if comet is not None else None
     typer.echo(command.run(ref, hyp, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
-                           tokenize=tokenize, lowercase=lowercase, json_out=json_out, tgt_lang=tgt_lang))
+                           tokenize=tokenize, lowercase=lowercase, json_out=json_out, tgt_lang=tgt_lang,
+                           comet=options))
 
 
 @app.command()

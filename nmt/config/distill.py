@@ -1,9 +1,9 @@
 """The `distill` section of the config: where `nmt distill` keeps its pipeline, which teacher it distils, how it
-cleans the corpus, how much of the original references the student sees, how long its int8-aware fine-tune is and
-how the report measures decoding speed, which packages the export stage makes. The corpus itself is the `data`
-section's train/valid/test (read as `nmt prepare` reads them), and the student is the config's `model`, `train` and
-`decode` sections: a distillation config is an ordinary config with this section added. A module of its own for its
-size; nmt.config.experiment loads and type-checks it like any section."""
+cleans the corpus, how much of the original references the student sees, how long its int8-aware fine-tune is, how
+the report measures decoding speed, the COMET model the test set is also scored with, and which packages the export
+stage makes. The corpus itself is the `data` section's train/valid/test (read as `nmt prepare` reads them), and the
+student is the config's `model`, `train` and `decode` sections: a distillation config is an ordinary config with this
+section added. A module of its own for its size; nmt.config.experiment loads and type-checks it like any section."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ EXPORT_TARGETS = ("ct2", "argos", "hf")
 @dataclass
 class DistillConfig:
     """`nmt distill`: the pipeline dir, the teacher, the cleaning filters, the student's data mix, the int8-aware
-    fine-tune, the report's speed measurement, the exported packages."""
+    fine-tune, the report's speed measurement, COMET, the exported packages."""
 
     dir: str = "runs/distill"  # the pipeline dir: pipeline.json and one folder per stage
     # The teacher, one of: an nmt checkpoint or run dir (an imported OPUS-MT / Marian checkpoint too), or a file of
@@ -71,6 +71,12 @@ class DistillConfig:
     # a comma string ("ct2,argos"); [] = no export. Default ct2 alone: its package is the one the stage scores (the
     # int8 gap in the engine people deploy), and argos/hf add their extras for packages not everyone wants
     export: list[str] | str = field(default_factory=lambda: ["ct2"])
+    # COMET (nmt.comet, docs/distill.md): a local COMET model dir (hparams.yaml and checkpoints/model.ckpt as Unbabel
+    # publishes them, e.g. wmt22-comet-da; its encoder, e.g. xlm-roberta-large, in it or in the Hugging Face cache).
+    # The score stage then adds each system's COMET on data.test (`nmt distill --comet DIR`). None = no COMET
+    comet: str | None = None
+    comet_batch_size: int = 16  # segments per COMET forward pass (how fast, not what: a change redoes nothing)
+    comet_device: str = "cpu"  # where COMET runs: cpu | cuda | cuda:N | auto
 
 
 def check_distill(d: DistillConfig) -> None:
@@ -79,7 +85,7 @@ def check_distill(d: DistillConfig) -> None:
         raise ConfigError("distill.teacher and distill.teacher_translations are both set: give one teacher")
     if not d.dir:
         raise ConfigError("distill.dir must name the pipeline dir")
-    for key in ("chunk_lines",):
+    for key in ("chunk_lines", "comet_batch_size"):
         if getattr(d, key) <= 0:
             raise ConfigError(f"distill.{key} must be > 0, got {getattr(d, key)}")
     for key in ("teacher_beam", "max_chars", "sample", "int8_finetune_updates", "speed_rounds", "speed_lines",

@@ -23,6 +23,7 @@ from nmt.distill.state import STAGES, SYSTEMS
 GAPS = (("student", "teacher"), ("student_int8", "student"), ("student_int8_tuned", "student"))
 COLUMNS = ("system", "BLEU", "chrF", "tokens/s b32", "tokens/s b1", "parameters", "weights", "checkpoint file")
 PACKAGE_COLUMNS = ("package", "precision", "size", "BLEU", "chrF", "path")
+COMET_COLUMN = 3  # where the COMET column goes when the score stage computed COMET (distill.comet)
 STYLE = """
 body { font: 15px/1.5 system-ui, sans-serif; margin: 2em auto; max-width: 70em; padding: 0 1em; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
@@ -56,16 +57,25 @@ def speed_cell(system: dict[str, Any], key: str) -> str:
     return f"{system[key]['tokens_per_s']:,.0f}" if key in system else "-"
 
 
+def columns(scores: dict[str, Any]) -> list[str]:
+    """The systems table's columns: COLUMNS, and COMET beside chrF where it was computed."""
+    names = list(COLUMNS)
+    return names[:COMET_COLUMN] + ["COMET"] + names[COMET_COLUMN:] if "comet" in scores else names
+
+
 def system_rows(scores: dict[str, Any], report: dict[str, Any]) -> list[list[str]]:
-    """The systems table (COLUMNS), one row per scored system, as text."""
+    """The systems table (`columns`), one row per scored system, as text."""
     rows = []
     for name, label in SYSTEMS.items():
         if name not in scores:
             continue
         s, r = scores[name], report.get(name) or {}
         params = f"{s['parameters']:,}" if "parameters" in s else "-"
-        rows.append([label, f"{s['bleu']:.2f}", f"{s['chrf']:.2f}", speed_cell(r, "batch32"), speed_cell(r, "batch1"),
-                     params, megabytes(r.get("weight_bytes")), megabytes(r.get("checkpoint_bytes"))])
+        row = [label, f"{s['bleu']:.2f}", f"{s['chrf']:.2f}", speed_cell(r, "batch32"), speed_cell(r, "batch1"),
+               params, megabytes(r.get("weight_bytes")), megabytes(r.get("checkpoint_bytes"))]
+        if "comet" in scores:
+            row.insert(COMET_COLUMN, f"{s['comet']:.4f}" if "comet" in s else "-")
+        rows.append(row)
     return rows
 
 
@@ -81,10 +91,12 @@ def gap_sentences(scores: dict[str, Any], report: dict[str, Any]) -> list[str]:
             continue
         bleu = round(scores[a]["bleu"] - scores[b]["bleu"], 2) + 0.0
         chrf = round(scores[a]["chrf"] - scores[b]["chrf"], 2)
+        comet = f", COMET {round(scores[a]['comet'] - scores[b]['comet'], 4) + 0.0:+.4f}" \
+            if "comet" in scores[a] and "comet" in scores[b] else ""
         where = "above" if bleu > 0 else "below"
         said = f"{abs(bleu):.2f} BLEU {where}" if bleu else "the same BLEU as"
-        line = f"{SYSTEMS[a]} - {SYSTEMS[b]}: BLEU {signed(bleu)}, chrF {signed(chrf)}: {SYSTEMS[a]} scores {said} " \
-               f"{SYSTEMS[b]}."
+        line = f"{SYSTEMS[a]} - {SYSTEMS[b]}: BLEU {signed(bleu)}, chrF {signed(chrf)}{comet}: {SYSTEMS[a]} scores " \
+               f"{said} {SYSTEMS[b]}."
         ra, rb = report.get(a) or {}, report.get(b) or {}
         times = [f"{ra[k]['tokens_per_s'] / rb[k]['tokens_per_s']:.2f} times as many tokens/s at batch {k[5:]}"
                  for k in ("batch32", "batch1") if k in ra and k in rb and rb[k]["tokens_per_s"]]
@@ -131,15 +143,26 @@ def systems_section(scores: dict[str, Any], figures: dict[str, Any]) -> str:
                for name, f in figures.items() if name in SYSTEMS and "device" in f]
     teacher_file = "teacher" in scores and "checkpoint" not in (figures.get("teacher") or {})
     notes = [f"BLEU and chrF: sacreBLEU (<code>nmt score</code>) on the {scores['lines']:,} lines of data.test, "
-             f"BLEU tokenizer {esc(scores['tokenize'])}.", esc(how),
+             f"BLEU tokenizer {esc(scores['tokenize'])}.", comet_note(scores), esc(how),
              esc("Where they ran: " + "; ".join(details) + ".") if details else "",
              "Weights: the bytes of the checkpoint's distinct weights (fp32 for nmt's own models). Checkpoint file: "
              "its size on disk (best.pt and last.pt also hold the optimizer's state). The int8 rows load the fp32 "
              "checkpoint and round its Linear layers to int8 as they load: no int8 file is written, so their sizes "
              "are the fp32 ones.",
              "The teacher is a file of translations: it has no speed and no size." if teacher_file else ""]
-    table_html = table(list(COLUMNS), rows, numeric=set(range(1, len(COLUMNS))))
+    header = columns(scores)
+    table_html = table(header, rows, numeric=set(range(1, len(header))))
     return "<h2>Systems</h2>\n" + table_html + "".join(f'<p class="note">{n}</p>\n' for n in notes if n)
+
+
+def comet_note(scores: dict[str, Any]) -> str:
+    """What the COMET column is: the model, and how it was computed."""
+    comet = scores.get("comet")
+    if not comet:
+        return ""
+    return esc(f"COMET: the mean of the segment scores of the COMET model {comet['model']} ({comet['signature']}), "
+               "computed by nmt's own implementation of unbabel-comet's inference (checked against unbabel-comet's "
+               f"own scores: tests/core/test_comet.py), in {comet['seconds']:,.1f} s.")
 
 
 def gaps_section(scores: dict[str, Any], figures: dict[str, Any]) -> str:
@@ -237,9 +260,13 @@ def commands_section(path: Path, scores: dict[str, Any], tgt: str) -> str:
     """The `nmt score` command line of each system's output: the same numbers again."""
     ref = path / "score" / f"test.ref.{tgt}"
     hyp = {name: shlex.quote(str(path / "score" / f"test.{name}.{tgt}")) for name in SYSTEMS}
+    comet = scores.get("comet")
+    sources = next(iter(sorted((path / "score").glob("test.src.*"))), None) if comet else None
+    with_comet = f" --comet {shlex.quote(comet['model'])} --src {shlex.quote(str(sources))}" if sources else ""
     lines = [f"nmt score --ref {shlex.quote(str(ref))} --hyp {hyp[name]} --metrics bleu,chrf "
-             f"--tokenize {shlex.quote(scores['tokenize'])}  # {label}" for name, label in SYSTEMS.items()
+             f"--tokenize {shlex.quote(scores['tokenize'])}{with_comet}  # {label}" for name, label in SYSTEMS.items()
              if name in scores]
     lines.append(f"nmt info {shlex.quote(str(path))}                # every stage's figures (--json: pipeline.json)")
+    digits = " (COMET's last digit can differ: its sums are added in another order)" if comet else ""
     return ("<h2>Check the numbers</h2>\n<p>Each system's translations of data.test are in score/. These commands "
-            "score them again:</p>\n<pre>" + esc("\n".join(lines)) + "</pre>")
+            f"score them again{digits}:</p>\n<pre>" + esc("\n".join(lines)) + "</pre>")

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from nmt import comet
 from nmt.config.experiment import Config
 from nmt.distill import packages, report, stages, teacher
 from nmt.distill.state import INT8_STAGE, STAGES, Pipeline
@@ -39,7 +40,8 @@ def settings(cfg: Config) -> dict[str, Any]:
     """What the pipeline's outputs depend on, recorded in pipeline.json: a rerun with other values is refused
     (unless --force) rather than mixing two pipelines' stages. The student's training keys are left to nmt train's
     own rule (only its model must match), so a longer max_updates can be asked of an unfinished student."""
-    ignored = {"dir", "sample", "teacher_device", "num_proc"}  # where, and how fast: not what
+    # where, and how fast: not what (distill.comet is what: another model gives other scores)
+    ignored = {"dir", "sample", "teacher_device", "num_proc", "comet_batch_size", "comet_device"}
     return {section: {k: v for k, v in asdict(getattr(cfg, section)).items() if k not in ignored}
             for section in ("data", "distill", "model")}
 
@@ -53,6 +55,8 @@ def preflight(cfg: Config) -> None:
     if not (d.teacher or d.teacher_translations):
         raise NmtError("no teacher: set distill.teacher (an nmt checkpoint or run dir, an imported OPUS-MT model) "
                        "or distill.teacher_translations (a file of translations, one per line of data.train)")
+    if d.comet:  # its files and its encoder, not after an hour of training
+        comet.open_dir(d.comet)
     if d.teacher:
         ckpt = teacher.load_checkpoint(d.teacher)
         langs, pair = ckpt.langs, (cfg.data.src_lang, cfg.data.tgt_lang)

@@ -139,7 +139,7 @@ def systems_table(record: dict[str, Any]) -> Table:
     """The systems table for the terminal (the one report.html shows)."""
     stage = record["stages"]
     out = Table(title="teacher and student on data.test", title_justify="left")
-    for name in page.COLUMNS:
+    for name in page.columns(stage["score"]["figures"]):
         out.add_column(name, justify="left" if name == "system" else "right", overflow="fold")
     for row in page.system_rows(stage["score"]["figures"], stage["report"]["figures"]):
         out.add_row(*(Text(cell) for cell in row))

@@ -171,9 +171,9 @@ def parameters(ckpt: checkpoint.Checkpoint) -> int:
 
 def score_stage(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
     """Teacher and student on data.test: their translations in score/, BLEU and chrF (nmt score's sacreBLEU, BLEU's
-    tokenizer chosen for the target language) in score/scores.json, the references in score/test.ref.TGT. The
-    student three times: fp32, int8 as `nmt translate --quantize int8` makes it of the fp32 checkpoint (post-training
-    quantization), and int8 after the int8-aware fine-tune (when it ran)."""
+    tokenizer chosen for the target language) and with distill.comet COMET in score/scores.json, the references in
+    score/test.ref.TGT. The student three times: fp32, int8 as `nmt translate --quantize int8` makes it of the fp32
+    checkpoint (post-training quantization), and int8 after the int8-aware fine-tune (when it ran)."""
     if not cfg.data.test:
         return {"skipped": "no data.test"}
     tgt = cfg.data.tgt_lang
@@ -183,6 +183,7 @@ def score_stage(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
     write_references(cfg, pipe, refs)
     tokenize = bleu_tokenizer(tgt).name
     systems: dict[str, Any] = {}
+    outputs: dict[str, list[str]] = {}
     hyps = {"teacher": teacher_test(cfg, sources), **student_systems(cfg, pipe)}
     for name, system in hyps.items():
         if system is None:
@@ -191,6 +192,7 @@ def score_stage(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
         lines = system if isinstance(system, list) else [r.text[0] for r in system.translate_chunk(sources)]
         seconds = time.monotonic() - started
         atomic_write_text(folder / f"test.{name}.{tgt}", "".join(line + "\n" for line in lines))
+        outputs[name] = lines
         result = score(lines, [refs], metrics=("bleu", "chrf"), tokenize=tokenize,
                        ref_names=[f"data.test ({cfg.data.test})"])
         systems[name] = {"bleu": round(result["bleu"]["score"], 2), "chrf": round(result["chrf"]["score"], 2),
@@ -198,8 +200,29 @@ def score_stage(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
         if not isinstance(system, list):
             systems[name].update(translate_s=round(seconds, 2), parameters=parameters(checkpoint.load(system.path)))
     figures = {"lines": len(pairs), "tokenize": tokenize, **systems}
+    if cfg.distill.comet and outputs:
+        figures["comet"] = comet_scores(cfg, pipe, sources, refs, outputs, progress)
+        for name, value in figures["comet"].pop("systems").items():
+            systems[name]["comet"] = value
     atomic_write_text(folder / "scores.json", json.dumps(figures, indent=1) + "\n")
     return figures
+
+
+def comet_scores(cfg: Config, pipe: Pipeline, sources: list[str], refs: list[str], outputs: dict[str, list[str]],
+                 progress: bool) -> dict[str, Any]:
+    """Each system's COMET on data.test (the mean of its segment scores, 4 decimals) with the model distill.comet,
+    every source and reference embedded once for all systems; the sources in score/test.src.SRC, so that `nmt score
+    --comet` of the files gives the same numbers."""
+    from nmt.comet import Comet
+    from nmt.device import pick_device
+
+    d = cfg.distill
+    started = time.monotonic()
+    atomic_write_text(pipe.folder("score") / f"test.src.{cfg.data.src_lang}", "".join(s + "\n" for s in sources))
+    model = Comet(d.comet or "", pick_device(d.comet_device, "distill.comet_device"))
+    segments = model.score_systems(sources, outputs, refs, batch_size=d.comet_batch_size, progress=progress)
+    return {"model": d.comet, "signature": model.signature(), "seconds": round(time.monotonic() - started, 2),
+            "systems": {name: round(sum(s) / len(s), 4) if s else 0.0 for name, s in segments.items()}}
 
 
 def write_references(cfg: Config, pipe: Pipeline, refs: list[str] | None = None) -> Path:

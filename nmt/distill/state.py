@@ -10,7 +10,8 @@ PIPELINE_DIR/
   data/            the student's data dir (nmt prepare)
   student/         the student's run dir (nmt train)
   student-int8/    the run dir of its int8-aware fine-tune (nmt train from the student, fake-quantized)
-  score/           test.SYSTEM.TGT (teacher, student, student_int8, student_int8_tuned), test.ref.TGT, scores.json
+  score/           test.SYSTEM.TGT (teacher, student, student_int8, student_int8_tuned), test.ref.TGT, scores.json,
+                   test.src.SRC (with distill.comet: the sources COMET reads)
   export/          the final student as packages (distill.export): ct2/ (a CTranslate2 model dir, int8),
                    argos/SRC_TGT.argosmodel (int8), hf/ (float32); test.ct2.TGT: the ct2 package's test translations
   report.html      the report: scores, speed, sizes, the filters' evidence, stage times (nmt.distill.report)
@@ -81,7 +82,7 @@ FIRST_AFFECTED = {
     **dict.fromkeys(("distill.teacher", "distill.teacher_translations", "distill.teacher_beam",
                      "distill.chunk_lines"), "teacher"),
     **dict.fromkeys(("distill.int8_finetune_updates", "distill.int8_finetune_lr"), "student-int8"),
-    "distill.teacher_test_translations": "score",
+    **dict.fromkeys(("distill.teacher_test_translations", "distill.comet"), "score"),
     "distill.export": "export",
     **dict.fromkeys(("distill.speed_rounds", "distill.speed_lines", "distill.speed_lines_single"), "report"),
 }

@@ -71,6 +71,7 @@ def figures_line(name: str, f: dict[str, Any]) -> str:
         return f"{f['updates']:,} int8-aware updates from {f['from']} ({f['stopped']}), lr {f['lr']:.2g}{best}"
     if name == "score":  # one line per system: fp32 and int8 read one under the other
         parts = [f"{label}: BLEU {f[who]['bleu']:.2f} chrF {f[who]['chrf']:.2f}"
+                 + (f" COMET {f[who]['comet']:.4f}" if "comet" in f[who] else "")
                  + (f" ({f[who]['translate_s']:.1f} s)" if "translate_s" in f[who] else "")
                  for who, label in SYSTEMS.items() if who in f]
         return f"{f['lines']:,} test lines:\n" + "\n".join(parts)

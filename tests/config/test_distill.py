@@ -17,7 +17,8 @@ def test_every_key_can_be_set_with_set():
               "teacher_device": "cpu", "chunk_lines": 7, "max_chars": 50, "max_ratio": 2.5, "dedup": False,
               "copies": False, "digits": False, "script_share": 0.25, "langid_min_prob": 0.5, "sample": 3,
               "references": 0.5, "seed": 9, "int8_finetune_updates": 20, "int8_finetune_lr": 1e-4,
-              "speed_rounds": 5, "speed_lines": 32, "speed_lines_single": 4, "export": ["ct2", "argos"]}
+              "speed_rounds": 5, "speed_lines": 32, "speed_lines_single": 4, "export": ["ct2", "argos"],
+              "comet": "wmt22-comet-da", "comet_batch_size": 8, "comet_device": "cuda"}
     assert set(values) | {"teacher_translations"} == set(DistillConfig.__dataclass_fields__)
     cfg = load_config(None, [f"distill.{k}={v}" for k, v in values.items()])
     assert {k: getattr(cfg.distill, k) for k in values} == values
@@ -35,6 +36,7 @@ def test_every_key_can_be_set_with_set():
     ("distill.int8_finetune_updates=-1", "distill.int8_finetune_updates must be >= 0"),
     ("distill.speed_rounds=-1", "distill.speed_rounds must be >= 0"),
     ("distill.speed_lines_single=-2", "distill.speed_lines_single must be >= 0"),
+    ("distill.comet_batch_size=0", "distill.comet_batch_size must be > 0"),
     ("distill.int8_finetune_lr=-1e-4", r"distill.int8_finetune_lr must be >= 0 \(0: a fiftieth of the student's\)"),
     ("distill.dir=", "distill.dir"),
     ("distill.chunk_lines=many", "config key 'distill.chunk_lines' expects int"),

@@ -2,7 +2,9 @@
 a few lines: its BLEU and chrF are what `nmt score` computes on the files the pipeline wrote (with the command lines
 the page gives), its tokens/s are the tokens the systems generate (output_tokens, as the benches count them) over
 the measured seconds, report.html is one self-contained page that escapes the corpus' text, the terminal shows the
-same systems table, and the report stage resumes after a kill."""
+same systems table, and the report stage resumes after a kill. With distill.comet (a tiny COMET model made by
+unbabel-comet: tests/core/test_comet.py) the score stage adds each system's COMET, the page and the terminal a COMET
+column, and the page's `nmt score --comet` commands give the same numbers; without it there is no COMET column."""
 
 from __future__ import annotations
 
@@ -17,14 +19,16 @@ from typing import Any, NamedTuple
 import pytest
 from rich.console import Console
 
+from nmt.comet import Comet
 from nmt.distill import pipeline, report
 from nmt.distill.page import system_rows
 from nmt.distill.state import STAGES, SYSTEMS
 from nmt.errors import NmtError
 from nmt.search import Hypothesis, generated_tokens
 from nmt.translation.translator import output_tokens
-from tests.helpers.cli import run_cli
-from tests.helpers.distilling import distill_config
+from tests.helpers.cli import assert_one_line_error, run_cli
+from tests.helpers.distilling import distill_config, distill_overrides
+from tests.helpers.paths import COMET_MODELS
 
 # the speed measured on 4 test lines in one batch and 2 one at a time, one timed round; the student's outputs cut at
 # 8 tokens (a student of 8 updates rarely stops by itself) and no language identification: seconds, not minutes
@@ -126,6 +130,7 @@ def test_the_page_is_self_contained_and_escapes_the_corpus(finished):
     assert not re.search(r"""(src|href)\s*=|https?://|<link|@import|url\(""", page, re.I)  # nothing from elsewhere
     for heading in ("Systems", "Gaps", "Cleaning", "Stages", "Check the numbers"):
         assert f"<h2>{heading}</h2>" in page
+    assert "COMET" not in page  # none was asked for
     clean = json.loads((finished.pipe / "clean" / "report.json").read_text(encoding="utf-8"))
     assert clean["samples"]["copy"][0]["src"] == MARKUP
     rows = table_rows(page, "Cleaning")
@@ -170,3 +175,49 @@ def test_the_report_stage_resumes_after_a_kill(finished, tmp_path, monkeypatch):
     assert (pipe / "report.html").is_file() and done["stages"]["report"]["figures"]["student"]["batch1"]["tokens"]
     with pytest.raises(NmtError, match=r"\(distill.speed_lines: 4 vs 8\); use --force to redo it from the report "):
         pipeline.run(distill_config(finished.raw, pipe, *SPEED, "distill.speed_lines=8"), progress=False)
+
+
+def test_comet_joins_the_scores_and_the_report(finished, tmp_path):
+    pipe = tmp_path / "pipe"
+    shutil.copytree(finished.pipe, pipe)
+    model = COMET_MODELS / "tiny-da"
+    with_comet = distill_config(finished.raw, pipe, *SPEED, f"distill.comet={model}")
+    with pytest.raises(NmtError, match=r"\(distill.comet: None vs .*use --force to redo it from the score stage"):
+        pipeline.run(with_comet, progress=False)
+    record = pipeline.run(with_comet, force=True, progress=False)
+    scores = record["stages"]["score"]["figures"]
+    assert scores["comet"]["model"] == str(model) and scores["comet"]["signature"].startswith("model:tiny-da|")
+    names = [name for name in SYSTEMS if name in scores]
+    sources = (pipe / "score" / "test.src.en").read_text(encoding="utf-8").splitlines()
+    refs = (pipe / "score" / "test.ref.de").read_text(encoding="utf-8").splitlines()
+    outputs = {n: (pipe / "score" / f"test.{n}.de").read_text(encoding="utf-8").splitlines() for n in names}
+    alone = {n: Comet(model).score_systems(sources, {n: lines}, refs)[n] for n, lines in outputs.items()}
+    assert {n: scores[n]["comet"] for n in names} == {n: round(sum(s) / len(s), 4) for n, s in alone.items()}
+    page = (pipe / "report.html").read_text(encoding="utf-8")
+    rows = table_rows(page, "Systems")
+    assert [html.unescape(h) for h in re.findall(r"<th>(.*?)</th>", page.split("<h2>Systems</h2>")[1])[:5]] == [
+        "system", "BLEU", "chrF", "COMET", "tokens/s b32"]
+    pre = html.unescape(re.search(r"<pre>(.*?)</pre>", page, re.S).group(1))
+    for args, label in re.findall(r"^nmt score (.*?)  # (.*)$", pre, re.M):
+        name = {v: k for k, v in SYSTEMS.items()}[label]
+        assert rows[label][3] == f"{scores[name]['comet']:.4f}"
+        computed = json.loads(run_cli("score", *shlex.split(args), "--json").stdout)["comet"]["score"]
+        assert computed == pytest.approx(scores[name]["comet"], abs=1e-4)
+    gap = round(scores["student"]["comet"] - scores["teacher"]["comet"], 4) + 0.0
+    assert f"COMET {gap:+.4f}" in html.unescape(page)
+    console = Console(record=True, width=200)
+    console.print(report.systems_table(record))
+    shown = console.export_text()
+    assert "COMET" in shown and f"{scores['student']['comet']:.4f}" in shown
+    assert f"COMET {scores['student']['comet']:.4f}" in run_cli("info", pipe).stdout
+
+
+def test_a_wrong_comet_dir_is_refused_before_any_stage(raw, tmp_path):
+    pipe = tmp_path / "pipe"
+    with pytest.raises(NmtError, match="no hparams.yaml in it"):
+        pipeline.run(distill_config(raw, pipe, f"distill.comet={tmp_path}"), progress=False)
+    assert not pipe.exists()
+    sets = [arg for value in distill_overrides(raw, pipe) for arg in ("--set", value)]
+    assert_one_line_error(run_cli("distill", *sets, "--comet", tmp_path / "nowhere"),
+                          f"COMET model {tmp_path / 'nowhere'}: no such directory")
+    assert not pipe.exists()

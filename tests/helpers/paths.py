@@ -16,3 +16,6 @@ MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 # two of the model kinds `nmt export` is proven on (tests.helpers.exporting), made by fixtures/make_export_models.py
 EXPORT_PRENORM = FIXTURES / "export-prenorm.pt"
 EXPORT_SEPARATE = FIXTURES / "export-separate.pt"
+# tiny COMET models made and scored by unbabel-comet itself (fixtures/make_comet_model.py): COMET_MODELS / NAME, and
+# COMET_MODELS / "expected.json" (the triples and unbabel-comet's scores)
+COMET_MODELS = FIXTURES / "comet"
