@@ -16,7 +16,9 @@ def test_every_key_can_be_set_with_set():
               "teacher_device": "cpu", "chunk_lines": 7, "max_chars": 50, "max_ratio": 2.5, "dedup": False,
               "copies": False, "digits": False, "script_share": 0.25, "langid_min_prob": 0.5, "sample": 3,
               "references": 0.5, "seed": 9, "int8_finetune_updates": 20, "int8_finetune_lr": 1e-4,
-              "speed_rounds": 5, "speed_lines": 32, "speed_lines_single": 4}
+              "speed_rounds": 5, "speed_lines": 32, "speed_lines_single": 4, "teacher_nbest": 2,
+              "teacher_sampling": True, "teacher_sampling_topk": 5, "teacher_sampling_topp": 0.9,
+              "teacher_sampling_temperature": 0.7, "monolingual": "mono.de", "reverse_teacher": "runs/de-en"}
     assert set(values) | {"teacher_translations"} == set(DistillConfig.__dataclass_fields__)
     cfg = load_config(None, [f"distill.{k}={v}" for k, v in values.items()])
     assert {k: getattr(cfg.distill, k) for k in values} == values
@@ -36,6 +38,12 @@ def test_every_key_can_be_set_with_set():
     ("distill.speed_lines_single=-2", "distill.speed_lines_single must be >= 0"),
     ("distill.int8_finetune_lr=-1e-4", r"distill.int8_finetune_lr must be >= 0 \(0: a fiftieth of the student's\)"),
     ("distill.dir=", "distill.dir"),
+    ("distill.teacher_nbest=0", "distill.teacher_nbest must be > 0"),
+    ("distill.teacher_sampling_topk=-1", "distill.teacher_sampling_topk must be >= 0"),
+    ("distill.teacher_sampling_topp=0", r"distill.teacher_sampling_topp must be in \(0, 1\]"),
+    ("distill.teacher_sampling_temperature=0", "distill.teacher_sampling_temperature must be > 0"),
+    ("distill.monolingual=mono.de", "distill.monolingual is set but distill.reverse_teacher is not"),
+    ("distill.reverse_teacher=rev.pt", "distill.reverse_teacher is set but distill.monolingual is not"),
     ("distill.chunk_lines=many", "config key 'distill.chunk_lines' expects int"),
     ("distill.refrences=0.5", "did you mean 'references'"),
 ])
@@ -43,6 +51,15 @@ def test_bad_values_are_one_line_errors(override, message):
     with pytest.raises(ConfigError, match=message) as e:
         load_config(None, [override])
     assert "\n" not in str(e.value)
+
+
+def test_a_beam_below_the_nbest_is_refused():
+    with pytest.raises(ConfigError, match="distill.teacher_beam 2 is below distill.teacher_nbest 3") as e:
+        load_config(None, ["distill.teacher_beam=2", "distill.teacher_nbest=3"])
+    assert "\n" not in str(e.value)
+    load_config(None, ["distill.teacher_beam=3", "distill.teacher_nbest=3"])  # a beam of 3 gives 3
+    with pytest.raises(ConfigError, match="distill.teacher_nbest and distill.teacher_sampling need a teacher model"):
+        load_config(None, ["distill.teacher_translations=hyp.de", "distill.teacher_sampling=true"])
 
 
 def test_two_teachers_are_refused():
