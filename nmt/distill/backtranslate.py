@@ -41,8 +41,11 @@ def preflight(cfg: Config) -> None:
     d = cfg.distill
     if not d.reverse_teacher:
         return
-    if not Path(d.monolingual or "").is_file():
-        raise NmtError(f"distill.monolingual: no such file: {d.monolingual}")
+    mono = Path(d.monolingual or "")
+    if not mono.is_file():
+        raise NmtError(f"distill.monolingual: no such file: {mono}")
+    if mono.stat().st_size == 0:
+        raise NmtError(f"distill.monolingual {mono} is empty: give target-language text, one sentence a line")
     ckpt = teacher.load_checkpoint(d.reverse_teacher)
     src, tgt = cfg.data.src_lang, cfg.data.tgt_lang
     langs = ckpt.langs

@@ -102,7 +102,7 @@ class Job:
     load: Callable[[], Translator]  # the model with its search settings, loaded only when a chunk is missing
     nbest: int = 1  # translations per source line, best first
     seed: int | None = None  # sampling: chunk k draws from chunk_seed(seed, k)
-    name: str = "train"
+    name: str = "train"  # the joined file's: NAME.LANG
 
 
 def translate(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:

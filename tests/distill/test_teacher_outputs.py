@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from nmt.distill import pipeline
+from nmt.distill.page import data_section
 from nmt.distill.status import figures_line
 from nmt.errors import ConfigError, NmtError
 from nmt.translation.translator import Translator
@@ -62,6 +63,9 @@ def test_nbest_gives_n_pairs_per_source(raw, tmp_path, monkeypatch):
     for k in (0, 7, kept - 1):  # each source with its distinct translations
         assert {t for s, t in pairs if s == sources[k]} >= {h for h in hyps[3 * k:3 * k + 3] if h}
     assert f"{data['nbest_pairs']:,} more n-best" in figures_line("data", data)
+    shown = data_section(record_of(pipe))  # the report's training data table
+    assert f"<td>the teacher&#x27;s other n-best translations</td><td class=\"n\">{data['nbest_pairs']:,}</td>" \
+        in shown
 
 
 def test_a_beam_below_the_nbest_is_one_line(raw, tmp_path):
