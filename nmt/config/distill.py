@@ -1,9 +1,10 @@
-"""The `distill` section of the config: where `nmt distill` keeps its pipeline, which teacher it distils, how it
-cleans the corpus, how much of the original references the student sees, how long its int8-aware fine-tune is, how
-the report measures decoding speed, the COMET model the test set is also scored with, and which packages the export
-stage makes. The corpus itself is the `data` section's train/valid/test (read as `nmt prepare` reads them), and the
-student is the config's `model`, `train` and `decode` sections: a distillation config is an ordinary config with this
-section added. A module of its own for its size; nmt.config.experiment loads and type-checks it like any section."""
+"""The `distill` section of the config: where `nmt distill` keeps its pipeline, which teacher it distils (its n-best
+or sampled translations too), the back-translation of target-language text by a reverse model, how it cleans the
+corpus, how much of the original references the student sees, how long its int8-aware fine-tune is, how the report
+measures decoding speed, the COMET model the test set is also scored with, and which packages the export stage
+makes. The corpus itself is the `data` section's train/valid/test (read as `nmt prepare` reads them), and the student
+is the config's `model`, `train` and `decode` sections: a distillation config is an ordinary config with this section
+added. A module of its own for its size; nmt.config.experiment loads and type-checks it like any section."""
 
 from __future__ import annotations
 
@@ -31,6 +32,21 @@ class DistillConfig:
     teacher_beam: int = 0  # beam of the teacher's forward translation (0: the teacher checkpoint's own)
     teacher_device: str = "auto"  # auto | cpu | cuda | cuda:N
     chunk_lines: int = 2000  # training sources translated (and saved) per chunk: a killed run resumes at the next
+    # Translations per training source, each a training pair of the student (sequence-level distillation with the
+    # n-best list, Kim & Rush 2016): the N best of the beam (the beam must be >= N), or the N best of the samples
+    teacher_nbest: int = 1
+    # Sample the teacher's translations instead of searching for the best (Edunov et al. 2018): varied outputs,
+    # drawn as decode.sampling_* draws them (distill.teacher_beam samples per source, 0: teacher_nbest), repeatable
+    # for the same distill.seed. The reverse teacher samples too
+    teacher_sampling: bool = False
+    teacher_sampling_topk: int = 0  # from the k most likely tokens only (0: from all)
+    teacher_sampling_topp: float = 1.0  # from the fewest most likely tokens holding this probability (1: all)
+    teacher_sampling_temperature: float = 1.0  # < 1 sharper, > 1 flatter
+    # Back-translation: target-language text, one sentence a line, translated into synthetic sources by a reverse
+    # (target->source) model, nmt checkpoint or run dir; each (synthetic source, real target) pair is cleaned by the
+    # filters and added to the student's training data
+    monolingual: str | None = None
+    reverse_teacher: str | None = None
     # Cleaning filters, applied to data.train in this order; each pair counts under the first filter that drops it
     # lengths in characters: words say little where compounds are one word (German) or there are no spaces (Chinese)
     max_chars: int = 1000  # either side longer (the `too_long` filter; 0 = off)
@@ -51,7 +67,7 @@ class DistillConfig:
     # Share of the cleaned pairs whose original (source, reference) pair is added to the student's training data
     # beside the teacher's (source, translation) one: 0 = the teacher's output only, 1 = every reference too
     references: float = 0.0
-    seed: int = 1  # which pairs the references share picks
+    seed: int = 1  # which pairs the references share picks, and the teachers' samples
     # The int8-aware fine-tune, after the student's training: the student trained on for this many updates with its
     # Linear layers computed as `nmt translate --quantize int8` computes them (fake quantization, nmt.train.fakequant),
     # so that int8 loses less of its quality. 0 = skip (the score stage still shows plain int8)
@@ -85,7 +101,7 @@ def check_distill(d: DistillConfig) -> None:
         raise ConfigError("distill.teacher and distill.teacher_translations are both set: give one teacher")
     if not d.dir:
         raise ConfigError("distill.dir must name the pipeline dir")
-    for key in ("chunk_lines", "comet_batch_size"):
+    for key in ("chunk_lines", "comet_batch_size", "teacher_nbest"):
         if getattr(d, key) <= 0:
             raise ConfigError(f"distill.{key} must be > 0, got {getattr(d, key)}")
     for key in ("teacher_beam", "max_chars", "sample", "int8_finetune_updates", "speed_rounds", "speed_lines",
@@ -103,6 +119,7 @@ def check_distill(d: DistillConfig) -> None:
             raise ConfigError(f"distill.{key} must be in [0, 1], got {value}")
     if not 0 <= d.seed < 2**32:
         raise ConfigError(f"distill.seed must be in [0, 2**32), got {d.seed}")
+    check_outputs(d)
     d.export = export_targets(d.export)
 
 
@@ -117,3 +134,23 @@ def export_targets(value: list[str] | str) -> list[str]:
     if len(set(targets)) < len(targets):
         raise ConfigError(f"distill.export names a target twice: {', '.join(targets)}")
     return targets
+
+
+def check_outputs(d: DistillConfig) -> None:
+    """The teacher's n-best, sampling and back-translation keys (a part of check_distill)."""
+    if d.teacher_beam and d.teacher_beam < d.teacher_nbest:
+        raise ConfigError(f"distill.teacher_beam {d.teacher_beam} is below distill.teacher_nbest {d.teacher_nbest}: "
+                          f"a beam (or a draw) of B gives at most B translations per source")
+    if d.teacher_translations and (d.teacher_nbest != 1 or d.teacher_sampling):
+        raise ConfigError("distill.teacher_nbest and distill.teacher_sampling need a teacher model (distill.teacher): "
+                          "a translations file holds one translation per line")
+    if d.teacher_sampling_topk < 0:
+        raise ConfigError(f"distill.teacher_sampling_topk must be >= 0, got {d.teacher_sampling_topk}")
+    if not 0 < d.teacher_sampling_topp <= 1:
+        raise ConfigError(f"distill.teacher_sampling_topp must be in (0, 1], got {d.teacher_sampling_topp}")
+    if not (math.isfinite(d.teacher_sampling_temperature) and d.teacher_sampling_temperature > 0):
+        raise ConfigError(f"distill.teacher_sampling_temperature must be > 0, got {d.teacher_sampling_temperature}")
+    if bool(d.monolingual) != bool(d.reverse_teacher):
+        given, missing = ("monolingual", "reverse_teacher") if d.monolingual else ("reverse_teacher", "monolingual")
+        raise ConfigError(f"distill.{given} is set but distill.{missing} is not: back-translation needs both the "
+                          f"target-language text and a target->source model")

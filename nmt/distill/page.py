@@ -114,7 +114,7 @@ def render(path: Path, record: dict[str, Any], figures: dict[str, Any], tgt: str
              f"<code>nmt distill</code>. Machine: {esc(machine(figures))}.</p>",
              systems_section(scores, figures), gaps_section(scores, figures),
              packages_section(path, (record["stages"].get("export") or {}).get("figures") or {}, scores, tgt),
-             cleaning_section(path),
+             cleaning_section(path), data_section(record),
              stages_section(record), commands_section(path, scores, tgt)]
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -243,6 +243,29 @@ def cleaning_section(path: Path) -> str:
         rows = [[str(s["line"]), s["src"], s["tgt"], s.get("why", "")] for s in samples]
         out.append(f"<h3>{esc(name)}: the first {len(rows)} of {clean['dropped'].get(name, 0):,} dropped</h3>")
         out.append(table(["line", "source", "target", "why"], rows, numeric={0}, text={1, 2}))
+    return "\n".join(out)
+
+
+def data_section(record: dict[str, Any]) -> str:
+    """The student's training pairs by where they come from (the data stage's counts), and what the filters dropped
+    of the back-translated ones."""
+    f = record["stages"].get("data", {}).get("figures") or {}
+    if "teacher_pairs" not in f:
+        return ""
+    how = {"sampled": "sampled", "translations file": "from the translations file"}.get(f.get("teacher_output"),
+                                                                                         "beam search")
+    rows = [[f"the teacher's translations ({how})", f"{f['teacher_pairs']:,}"],
+            ["the teacher's other n-best translations", f"{f.get('nbest_pairs', 0):,}"],
+            ["back-translated: synthetic source, real target", f"{f.get('backtranslated_pairs', 0):,}"],
+            ["the original references", f"{f['reference_pairs']:,}"]]
+    out = ["<h2>Training data</h2>\n<p>The student's training pairs (distilled/), by where they come from. "
+           f"nmt prepare then kept {f['pairs']:,} of them (its own length rules).</p>",
+           table(["pairs", "count"], rows, numeric={1})]
+    bt = record["stages"].get("backtranslate", {}).get("figures") or {}
+    if "kept" in bt:
+        dropped = ", ".join(f"{k} {v:,}" for k, v in bt["dropped"].items() if v) or "none"
+        out.append(f"<p>Back-translation: {bt['read']:,} monolingual lines, {bt['kept']:,} pairs kept; the filters "
+                   f"dropped {esc(dropped)} (backtranslate/report.json has the pairs).</p>")
     return "\n".join(out)
 
 

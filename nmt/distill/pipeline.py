@@ -1,9 +1,10 @@
 """`nmt distill`: a big teacher into a small student, one resumable stage after another in one pipeline dir
-(nmt.distill.state): clean -> teacher -> data -> student -> student-int8 -> score -> export -> report.
+(nmt.distill.state): clean -> teacher -> backtranslate -> data -> student -> student-int8 -> score -> export -> report.
 
-Before any stage runs, the inputs are checked (a teacher given, its language pair the corpus', a translations file
-of the corpus' length), so a mistake is one line at once, not after an hour of translation. A finished stage is not
-run again; the unfinished one resumes: the teacher at its first untranslated chunk, the student's training and its
+Before any stage runs, the inputs are checked (a teacher given, its language pair the corpus', its beam as wide as
+distill.teacher_nbest, a translations file of the corpus' length, a reverse teacher of the opposite pair), so a
+mistake is one line at once, not after an hour of translation. A finished stage is not run again; the unfinished one
+resumes: the teacher and the back-translation at their first untranslated chunk, the student's training and its
 int8-aware fine-tune at the update of their newest checkpoint (nmt train's own resume); the cheap stages (clean,
 data, score, export, report) are redone whole.
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 from nmt import comet
 from nmt.config.experiment import Config
-from nmt.distill import packages, report, stages, teacher
+from nmt.distill import backtranslate, packages, report, stages, teacher
 from nmt.distill.state import INT8_STAGE, STAGES, Pipeline
 from nmt.errors import NmtError
 from nmt.log import console, show_progress
@@ -29,7 +30,8 @@ def teacher_stage(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]
     return teacher.translate(cfg, pipe, progress) if cfg.distill.teacher else teacher.from_file(cfg, pipe)
 
 
-RUNNERS: dict[str, Stage] = {"clean": stages.clean, "teacher": teacher_stage, "data": stages.data,
+RUNNERS: dict[str, Stage] = {"clean": stages.clean, "teacher": teacher_stage,
+                             "backtranslate": backtranslate.backtranslate, "data": stages.data,
                              "student": stages.student, INT8_STAGE: stages.student_int8,
                              "score": stages.score_stage, "export": packages.export_stage,
                              "report": report.report_stage}
@@ -63,6 +65,7 @@ def preflight(cfg: Config) -> None:
         if langs is not None and langs != ("src", "tgt") and langs != pair:
             raise NmtError(f"the teacher {d.teacher} translates {langs[0]}->{langs[1]} but the corpus is "
                            f"{pair[0]}->{pair[1]} (data.src_lang/data.tgt_lang)")
+        teacher.output_search(d, teacher.own_beam(ckpt), d.teacher_nbest)  # a beam below teacher_nbest: refused
         mine, theirs = (teacher.non_embedding_parameters(m) for m in (cfg.model, ckpt.model_config))
         if mine >= theirs:
             console.print(f"[yellow]warning:[/yellow] the student (model section: {mine:,} layer weights) is not "
@@ -70,6 +73,7 @@ def preflight(cfg: Config) -> None:
     else:
         lines = sum(1 for _ in stages.corpus_pairs(cfg, "train"))
         teacher.check_translations_file(cfg, lines)
+    backtranslate.preflight(cfg)
 
 
 def run(cfg: Config, *, force: bool = False, progress: bool | None = None) -> dict[str, Any]:

@@ -67,9 +67,9 @@ def clean(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
     return {"read": report["read"], "kept": report["kept"], "dropped": report["dropped"]}
 
 
-def show_report(report: dict[str, Any]) -> None:
+def show_report(report: dict[str, Any], stage: str = "clean") -> None:
     """The cleaning on the terminal: each filter's count and its first dropped pair."""
-    table = Table(title=f"clean: read {report['read']:,}, kept {report['kept']:,}", title_justify="left")
+    table = Table(title=f"{stage}: read {report['read']:,}, kept {report['kept']:,}", title_justify="left")
     for name in ("filter", "dropped", "first dropped (line: source ||| target)"):
         table.add_column(name, justify="right" if name == "dropped" else "left", overflow="fold")
     for name in FILTERS:
@@ -84,32 +84,56 @@ def show_report(report: dict[str, Any]) -> None:
 
 
 def data(cfg: Config, pipe: Pipeline, progress: bool) -> dict[str, Any]:
-    """distilled/train.*: every (source, teacher translation) pair, and for a `distill.references` share of the
-    pairs (seeded) the original (source, reference) pair too where it differs; then the student's data dir by nmt
-    prepare, with data.valid/test as they are (the student is validated and tested on references)."""
-    src, tgt = cfg.data.src_lang, cfg.data.tgt_lang
-    folder, out = pipe.path / "clean", pipe.folder("distilled")
-    rng = random.Random(cfg.distill.seed)
-    # picked for the references share but equal to the teacher's output: not added twice, counted apart
-    counts = {"teacher_pairs": 0, "reference_pairs": 0, "references_as_teacher": 0}
-    with (open(folder / f"train.{src}", encoding="utf-8") as fs, open(folder / f"train.{tgt}", encoding="utf-8") as fr,
-          open(pipe.path / "teacher" / f"train.{tgt}", encoding="utf-8") as fh,
-          atomic_output(out / f"train.{src}", text=True) as os_, atomic_output(out / f"train.{tgt}", text=True) as ot):
-        for s, ref, hyp in zip(fs, fr, fh, strict=True):
-            os_.write(s)
-            ot.write(hyp)
-            counts["teacher_pairs"] += 1
-            if rng.random() < cfg.distill.references:
-                if ref == hyp:
-                    counts["references_as_teacher"] += 1
-                    continue
+    """distilled/train.*: the pairs of `distilled_pairs` (teacher, n-best, references share, back-translated), then
+    the student's data dir by nmt prepare, with data.valid/test as they are (the student is validated and tested on
+    references). Its figures count the pairs of each kind."""
+    d, src, tgt = cfg.distill, cfg.data.src_lang, cfg.data.tgt_lang
+    out = pipe.folder("distilled")
+    counts = dict.fromkeys(PAIR_KINDS, 0)
+    with atomic_output(out / f"train.{src}", text=True) as os_, atomic_output(out / f"train.{tgt}", text=True) as ot:
+        for s, t, kind in distilled_pairs(cfg, pipe):
+            counts[kind] += 1
+            if t is not None:
                 os_.write(s)
-                ot.write(ref)
-                counts["reference_pairs"] += 1
+                ot.write(t)
     data_cfg = replace(cfg.data, dir=str(pipe.path / "data"), train=str(out / "train"))
     meta = prepare(data_cfg, progress=progress)
-    return {**counts, "pairs": meta["splits"]["train"]["pairs"], "filters": meta.get("filters"),
-            "vocab_size": meta["src_vocab_size"], "splits": {k: v["pairs"] for k, v in meta["splits"].items()}}
+    output = "translations file" if not d.teacher else "sampled" if d.teacher_sampling else "beam search"
+    return {**counts, "teacher_output": output, "pairs": meta["splits"]["train"]["pairs"],
+            "filters": meta.get("filters"), "vocab_size": meta["src_vocab_size"],
+            "splits": {k: v["pairs"] for k, v in meta["splits"].items()}}
+
+
+# the kinds of the student's training pairs, as the data stage counts them; the two with None as the target are not
+# added: an n-best translation equal to an earlier one of its source (or empty), a reference picked for the
+# references share that equals one of the teacher's translations
+PAIR_KINDS = ("teacher_pairs", "nbest_pairs", "nbest_repeats", "reference_pairs", "references_as_teacher",
+              "backtranslated_pairs")
+
+
+def distilled_pairs(cfg: Config, pipe: Pipeline) -> Iterator[tuple[str, str | None, str]]:
+    """(source line, target line or None, kind) of every cleaned source: its teacher translation, its 2nd to
+    distill.teacher_nbest-th ones (teacher/train.TGT holds them source by source, best first) that differ from the
+    ones before, and for a `distill.references` share of the sources (seeded) its original reference where it
+    differs from them; then the back-translation stage's (synthetic source, target) pairs."""
+    d, src, tgt = cfg.distill, cfg.data.src_lang, cfg.data.tgt_lang
+    rng, n = random.Random(d.seed), d.teacher_nbest if d.teacher else 1
+    clean = pipe.path / "clean"
+    with (open(clean / f"train.{src}", encoding="utf-8") as fs, open(clean / f"train.{tgt}", encoding="utf-8") as fr,
+          open(pipe.path / "teacher" / f"train.{tgt}", encoding="utf-8") as fh):
+        for s, ref in zip(fs, fr, strict=True):
+            hyps = [next(fh) for _ in range(n)]
+            yield s, hyps[0], "teacher_pairs"
+            for i, hyp in enumerate(hyps[1:], 1):
+                fresh = bool(hyp.strip()) and hyp not in hyps[:i]
+                yield s, hyp if fresh else None, "nbest_pairs" if fresh else "nbest_repeats"
+            if rng.random() < d.references:
+                yield (s, None, "references_as_teacher") if ref in hyps else (s, ref, "reference_pairs")
+    if d.monolingual:
+        synthetic = pipe.path / "backtranslate"
+        with open(synthetic / f"train.{src}", encoding="utf-8") as bs, open(synthetic / f"train.{tgt}",
+                                                                            encoding="utf-8") as bt:
+            yield from ((s, t, "backtranslated_pairs") for s, t in zip(bs, bt, strict=True))
 
 
 def student_config(cfg: Config, pipe: Pipeline) -> Config:

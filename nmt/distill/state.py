@@ -6,7 +6,9 @@ PIPELINE_DIR/
   pipeline.json    the settings the pipeline was made with; per stage: state, figures, seconds
   clean/           train.SRC, train.TGT (the pairs kept), lines.txt (their corpus line numbers), report.json
   teacher/         chunks/NNNNNN.TGT (one per distill.chunk_lines sources, each written whole), train.TGT
-  distilled/       train.SRC, train.TGT: the student's training text (teacher output + the references share)
+  backtranslate/   mono.TGT, chunks/NNNNNN.SRC, synthetic.SRC, report.json, train.SRC, train.TGT (the cleaned pairs)
+  distilled/       train.SRC, train.TGT: the student's training text (teacher output + the references share +
+                   the back-translated pairs)
   data/            the student's data dir (nmt prepare)
   student/         the student's run dir (nmt train)
   student-int8/    the run dir of its int8-aware fine-tune (nmt train from the student, fake-quantized)
@@ -26,21 +28,25 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from nmt.config.distill import DistillConfig
 from nmt.errors import NmtError
 from nmt.io import atomic_write_text
 from nmt.rundir import RunLock
 
 INT8_STAGE = "student-int8"  # the int8-aware fine-tune of the student
-STAGES = ("clean", "teacher", "data", "student", INT8_STAGE, "score", "export", "report")
+STAGES = ("clean", "teacher", "backtranslate", "data", "student", INT8_STAGE, "score", "export", "report")
 # the systems the score stage translates data.test with (scores.json's keys), as people read them: the student in
 # fp32, in int8 by post-training quantization (PTQ: `--quantize int8` of the fp32 checkpoint), and in int8 after the
 # int8-aware fine-tune
 SYSTEMS = {"teacher": "teacher", "student": "student", "student_int8": "student int8 (PTQ)",
            "student_int8_tuned": "student int8 (fine-tuned)"}
 PIPELINE_FILE = "pipeline.json"
+# the distill section's defaults: a key added to nmt since a pipeline dir was made, at its default, changes nothing
+DEFAULTS = asdict(DistillConfig())
 VERSION = 1
 
 
@@ -81,6 +87,9 @@ FIRST_AFFECTED = {
                      "distill.langid_min_prob"), "clean"),
     **dict.fromkeys(("distill.teacher", "distill.teacher_translations", "distill.teacher_beam",
                      "distill.chunk_lines"), "teacher"),
+    **dict.fromkeys(("distill.teacher_nbest", "distill.teacher_sampling", "distill.teacher_sampling_topk",
+                     "distill.teacher_sampling_topp", "distill.teacher_sampling_temperature"), "teacher"),
+    **dict.fromkeys(("distill.monolingual", "distill.reverse_teacher"), "backtranslate"),
     **dict.fromkeys(("distill.int8_finetune_updates", "distill.int8_finetune_lr"), "student-int8"),
     **dict.fromkeys(("distill.teacher_test_translations", "distill.comet"), "score"),
     "distill.export": "export",
@@ -90,18 +99,27 @@ FIRST_AFFECTED = {
 FOLDERS = {"clean": ["clean"], "teacher": ["teacher"], "data": ["distilled", "data"], "student": ["student"],
            "student-int8": ["student-int8"], "score": ["score"], "export": ["export"],
            "report": ["report.html"]}
+FOLDERS["backtranslate"] = ["backtranslate"]
 
 
-def first_affected(key: str) -> str:
+def first_affected(key: str, settings: dict[str, Any] | None = None) -> str:
+    if key == "distill.seed" and ((settings or {}).get("distill") or {}).get("teacher_sampling"):
+        return "teacher"  # it picks the teachers' samples too
     return FIRST_AFFECTED.get(key, "student" if key.startswith("model.") else "data")
 
 
-def added_since(old_settings: dict[str, Any], record: dict[str, Any], key: str) -> bool:
+def added_since(old_settings: dict[str, Any], record: dict[str, Any], key: str, value: Any = None) -> bool:
     """Whether `key` (section.key) is a setting the record does not have at all, added to nmt since it was written,
-    whose first stage has not run yet (the report's speed keys in a pipeline dir from before the report): nothing
-    made with it is there to redo."""
+    and either at its default `value` (what nmt did before the key existed: the teacher's n-best, sampling and
+    back-translation keys) or with no stage run yet from its first on (the report's speed keys in a pipeline dir
+    from before the report): nothing made with it is there to redo."""
     section, _, name = key.partition(".")
-    return name not in (old_settings.get(section) or {}) and record["stages"][first_affected(key)]["state"] == "pending"
+    if name in (old_settings.get(section) or {}):
+        return False
+    if section == "distill" and name in DEFAULTS and value == DEFAULTS[name]:
+        return True
+    first = STAGES.index(first_affected(key))
+    return all(record["stages"][stage]["state"] == "pending" for stage in STAGES[first:])
 
 
 class Pipeline:
@@ -134,13 +152,13 @@ class Pipeline:
         if added:  # the report shows every stage: redone to show the added one's figures (export: the packages)
             record["stages"]["report"] = {"state": "pending", "figures": {}}
         old_settings = record.get("settings") or {}
-        diffs = [d for d in differences(old_settings, settings) if not added_since(old_settings, record, d[0])]
+        diffs = [d for d in differences(old_settings, settings) if not added_since(old_settings, record, d[0], d[2])]
         if not diffs:
             if old_settings != settings:  # keys nmt added since, their stage still to run: recorded, nothing redone
                 record["settings"] = settings
                 self._save(record)
             return record
-        start = min((first_affected(key) for key, _, _ in diffs), key=STAGES.index)
+        start = min((first_affected(key, settings) for key, _, _ in diffs), key=STAGES.index)
         if not force:
             key, old, new = diffs[0]
             more = f" and {len(diffs) - 1} more" if len(diffs) > 1 else ""

@@ -48,24 +48,25 @@ def figures_line(name: str, f: dict[str, Any]) -> str:
     if not f:
         return ""
     if name == "clean":
-        dropped = ", ".join(f"{k} {v:,}" for k, v in (f.get("dropped") or {}).items() if v)
+        dropped = dropped_line(f)
         return f"read {f['read']:,}, kept {f['kept']:,}" + (f"; dropped {dropped}" if dropped else "")
     if name == "teacher":
         if "from_file" in f:
             return f"{f.get('lines', 0):,} translations from {f['from_file']}"
-        rate = f", {f['lines_per_s']:,} lines/s" if f.get("lines_per_s") else ""
-        return f"chunks {f.get('chunks_done', 0)}/{f.get('chunks', '?')}" + \
-            (f", {f['lines']:,} lines" if "lines" in f else "") + rate
+        return chunks_line(f)
     if name == "data":
         dropped = ", ".join(f"{k} {v:,}" for k, v in (f.get("filters") or {}).items()
                             if k not in ("read", "kept") and v)
-        return (f"{f['pairs']:,} training pairs ({f['teacher_pairs']:,} teacher + {f['reference_pairs']:,} "
-                f"references{'; prepare dropped ' + dropped if dropped else ''}), vocabulary {f['vocab_size']:,}")
+        return f"{f['pairs']:,} training pairs ({pairs_line(f)}{'; prepare dropped ' + dropped if dropped else ''})" \
+            f", vocabulary {f['vocab_size']:,}"
     if name == "student":
         best = f", best valid {f['best']:.2f}" if isinstance(f.get("best"), (int, float)) else ""
         return f"{f['updates']:,} updates ({f['stopped']}){best}, {f['parameters']:,} parameters"
     if "skipped" in f:
         return f"skipped: {f['skipped']}"
+    if name == "backtranslate":
+        kept = f"; kept {f['kept']:,} of {f['read']:,} pairs" if "kept" in f else ""
+        return chunks_line(f) + kept + (f" (dropped {dropped_line(f)})" if dropped_line(f) else "")
     if name == INT8_STAGE:
         best = f", best valid {f['best']:.2f}" if isinstance(f.get("best"), (int, float)) else ""
         return f"{f['updates']:,} int8-aware updates from {f['from']} ({f['stopped']}), lr {f['lr']:.2g}{best}"
@@ -80,6 +81,30 @@ def figures_line(name: str, f: dict[str, Any]) -> str:
     if name == "export":
         return export_line(f)
     return json.dumps(f)
+
+
+def dropped_line(f: dict[str, Any]) -> str:
+    """Each cleaning filter that dropped pairs, with its count."""
+    return ", ".join(f"{k} {v:,}" for k, v in (f.get("dropped") or {}).items() if v)
+
+
+def chunks_line(f: dict[str, Any]) -> str:
+    """A chunked translation's progress and speed (the teacher's, the back-translation's), and what it wrote."""
+    rate = f", {f['lines_per_s']:,} lines/s" if f.get("lines_per_s") else ""
+    how = (", sampled" if f.get("sampled") else "") + (f", {f['nbest']} best each" if f.get("nbest", 1) > 1 else "")
+    return f"chunks {f.get('chunks_done', 0)}/{f.get('chunks', '?')}" + \
+        (f", {f['lines']:,} lines" if "lines" in f else "") + how + rate
+
+
+def pairs_line(f: dict[str, Any]) -> str:
+    """Where the student's training pairs come from: the teacher (beam search, sampled or a file; its other n-best
+    translations), the back-translation, the references."""
+    kind = {"sampled": " (sampled)", "translations file": " (file)"}.get(f.get("teacher_output", ""), "")
+    parts = [f"{f['teacher_pairs']:,} teacher{kind}"]
+    parts += [f"{f[key]:,} {label}" for key, label in (("nbest_pairs", "more n-best"),
+                                                       ("backtranslated_pairs", "back-translated"))
+              if f.get(key)]
+    return " + ".join([*parts, f"{f['reference_pairs']:,} references"])
 
 
 def report_line(f: dict[str, Any]) -> str:

@@ -18,7 +18,9 @@ def test_every_key_can_be_set_with_set():
               "copies": False, "digits": False, "script_share": 0.25, "langid_min_prob": 0.5, "sample": 3,
               "references": 0.5, "seed": 9, "int8_finetune_updates": 20, "int8_finetune_lr": 1e-4,
               "speed_rounds": 5, "speed_lines": 32, "speed_lines_single": 4, "export": ["ct2", "argos"],
-              "comet": "wmt22-comet-da", "comet_batch_size": 8, "comet_device": "cuda"}
+              "comet": "wmt22-comet-da", "comet_batch_size": 8, "comet_device": "cuda", "teacher_nbest": 2,
+              "teacher_sampling": True, "teacher_sampling_topk": 5, "teacher_sampling_topp": 0.9,
+              "teacher_sampling_temperature": 0.7, "monolingual": "mono.de", "reverse_teacher": "runs/de-en"}
     assert set(values) | {"teacher_translations"} == set(DistillConfig.__dataclass_fields__)
     cfg = load_config(None, [f"distill.{k}={v}" for k, v in values.items()])
     assert {k: getattr(cfg.distill, k) for k in values} == values
@@ -39,6 +41,12 @@ def test_every_key_can_be_set_with_set():
     ("distill.comet_batch_size=0", "distill.comet_batch_size must be > 0"),
     ("distill.int8_finetune_lr=-1e-4", r"distill.int8_finetune_lr must be >= 0 \(0: a fiftieth of the student's\)"),
     ("distill.dir=", "distill.dir"),
+    ("distill.teacher_nbest=0", "distill.teacher_nbest must be > 0"),
+    ("distill.teacher_sampling_topk=-1", "distill.teacher_sampling_topk must be >= 0"),
+    ("distill.teacher_sampling_topp=0", r"distill.teacher_sampling_topp must be in \(0, 1\]"),
+    ("distill.teacher_sampling_temperature=0", "distill.teacher_sampling_temperature must be > 0"),
+    ("distill.monolingual=mono.de", "distill.monolingual is set but distill.reverse_teacher is not"),
+    ("distill.reverse_teacher=rev.pt", "distill.reverse_teacher is set but distill.monolingual is not"),
     ("distill.chunk_lines=many", "config key 'distill.chunk_lines' expects int"),
     ("distill.refrences=0.5", "did you mean 'references'"),
     ("distill.export=ct3", r"distill.export: unknown target 'ct3' \(choose from ct2, argos, hf; \[\] exports "
@@ -60,6 +68,15 @@ def test_export_targets_are_a_list_or_a_comma_string():
     assert load_config(None, ["distill.export=[]"]).distill.export == []
     assert Config().distill.export == ["ct2"] and load_config(None).distill.export == ["ct2"]
     assert set(EXPORT_TARGETS) == set(TARGETS)  # what the config accepts is what nmt export writes
+
+
+def test_a_beam_below_the_nbest_is_refused():
+    with pytest.raises(ConfigError, match="distill.teacher_beam 2 is below distill.teacher_nbest 3") as e:
+        load_config(None, ["distill.teacher_beam=2", "distill.teacher_nbest=3"])
+    assert "\n" not in str(e.value)
+    load_config(None, ["distill.teacher_beam=3", "distill.teacher_nbest=3"])  # a beam of 3 gives 3
+    with pytest.raises(ConfigError, match="distill.teacher_nbest and distill.teacher_sampling need a teacher model"):
+        load_config(None, ["distill.teacher_translations=hyp.de", "distill.teacher_sampling=true"])
 
 
 def test_two_teachers_are_refused():

@@ -10,6 +10,7 @@ FIXTURES = TESTS / "fixtures"  # committed test inputs, each with the script or 
 # a small demo model (tests/conftest.py's demo_run recipe, training state dropped), written by checkpoint format 1;
 # its translations of the demo test set are FIXTURES / "demo-model.{greedy,beam5,nbest3}.txt" (tests/test_golden.py)
 DEMO_MODEL = FIXTURES / "demo-model.pt"
+REVERSE_MODEL = FIXTURES / "reverse-model.pt"  # the demo model's recipe German->English (make_reverse_model.py)
 MARIAN_MODEL = FIXTURES / "marian-en-de"  # a Hugging Face Marian model, made by fixtures/make_marian_model.py
 CONFIGS = ROOT / "configs"
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
