@@ -61,3 +61,39 @@ def counting() -> Iterator[Counts]:
     counts = Counts()
     with _HostCopies(counts), counts:
         yield counts
+
+
+@contextmanager
+def no_host_wait(device: torch.device) -> Iterator[None]:
+    """Fails if the code inside waits for the device: on CUDA by torch's own check (an error at the call that
+    synchronizes), elsewhere by the counts above."""
+    if device.type == "cuda":
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        return
+    with counting() as counts:
+        yield
+    assert not counts.waits, f"host waits inside a search step: {dict(counts.waits)}"
+
+
+def guard_search_steps(monkeypatch, device: torch.device) -> Counter[str]:
+    """Every search step (nmt.search.loop.step: the decoder step, the masks, the strategy's choice) and every cache
+    reorder run under `no_host_wait`; the polls between them do not. Returns the calls guarded, by name."""
+    from nmt.cache import DecoderCache
+    from nmt.search import loop
+
+    calls: Counter[str] = Counter()
+
+    def guarded(name, fn):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            with no_host_wait(device):
+                return fn(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(loop, "step", guarded("step", loop.step))
+    monkeypatch.setattr(DecoderCache, "reorder", guarded("reorder", DecoderCache.reorder))
+    return calls

@@ -1,6 +1,7 @@
 """Greedy and beam search without host waits (nmt.search.loop polls for finished sentences every `poll_every`
-steps; nmt.search.history keeps the rest on the device): the same outputs however often the loop polls, at most one
-host wait per poll, and sentences that end at step 0, at their length limit, or far apart in one batch."""
+steps; nmt.search.history keeps the rest on the device): none inside a step, at most one per poll, the same outputs
+however often the loop polls, and sentences that end at step 0, at their length limit, or far apart in one batch.
+(tests/gpu/test_gpu_search.py: the same on a GPU, by CUDA's own check.)"""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tests.helpers.tables import (
     random_inputs,
     random_model,
 )
-from tests.helpers.waits import counting
+from tests.helpers.waits import counting, guard_search_steps
 
 A, B_, C, D = 4, 5, 6, 7
 POLLS = (1, 2, 5, 100)  # 100: never before the last step
@@ -122,3 +123,14 @@ def test_at_most_one_host_wait_per_poll(copy_model, beam, every):
     assert [h[0].tokens for h in hyps] == seqs[:16]
     assert counted.n > 4
     assert sum(c.waits.values()) <= math.ceil(counted.n / every) + PRELUDE_AND_ENDING, c.waits
+
+
+@pytest.mark.parametrize("settings", [dict(beam=1), dict(beam=4, nbest=2, need_attention=True)], ids=["greedy", "beam"])
+def test_no_host_wait_inside_a_step(copy_model, monkeypatch, settings):
+    """Inside every step and every cache reorder: none at all, with done sentences leaving the batch at polls."""
+    model, seqs = copy_model
+    src = batch(seqs[:16])[0]
+    want = searched(model, src, **settings)
+    calls = guard_search_steps(monkeypatch, src.device)
+    assert_same(searched(model, src, **settings, poll_every=3), want, exact=False)
+    assert calls["step"] > 4 and calls["reorder"] > 1
