@@ -15,7 +15,7 @@ from nmt.distill import pipeline
 from nmt.distill.status import figures_line
 from nmt.errors import NmtError
 from nmt.translation.translator import Translator
-from tests.helpers.distilling import distill_config
+from tests.helpers.distilling import Killed, distill_config, read, record_of, stop_at
 from tests.helpers.paths import DEMO_MODEL, REVERSE_MODEL
 
 # target lines the filters must drop, by their line number in the monolingual file (1-based) and the filter: an
@@ -23,22 +23,6 @@ from tests.helpers.paths import DEMO_MODEL, REVERSE_MODEL
 # reverse model makes of them, the script or langid filter, or the ratio or copy filter before them)
 EMPTY, REPEATED, RUSSIAN, ENGLISH = 4, 11, 18, 26
 FOREIGN = {RUSSIAN: "Доброе утро, мой дорогой друг.", ENGLISH: "The weather is very nice today in the city."}
-
-
-class Killed(Exception):
-    """What a test raises to stop a run where a kill would."""
-
-
-def read(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines()
-
-
-def stop_at(monkeypatch, stage: str) -> None:
-    monkeypatch.setitem(pipeline.RUNNERS, stage, lambda *a: (_ for _ in ()).throw(Killed()))
-
-
-def record_of(pipe: Path) -> dict:
-    return json.loads((pipe / "pipeline.json").read_text())
 
 
 def monolingual(raw: dict[str, str], path: Path) -> list[str]:

@@ -26,7 +26,7 @@ from nmt.interop.export import export
 from nmt.rundir import RunDir
 from nmt.score import score
 from tests.helpers.cli import run_cli
-from tests.helpers.distilling import distill_config
+from tests.helpers.distilling import Killed, distill_config, read
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install ctranslate2)")
 
@@ -45,10 +45,6 @@ class Exported(NamedTuple):
 def exported(raw, tmp_path_factory) -> Exported:
     pipe = tmp_path_factory.mktemp("export") / "pipe"
     return Exported(pipe, pipeline.run(distill_config(raw, pipe, *SETTINGS), progress=False), raw)
-
-
-def read(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines()
 
 
 def copy(exported: Exported, folder: Path) -> Path:
@@ -171,10 +167,6 @@ def test_a_missing_library_is_a_note_not_a_crash(exported, tmp_path, monkeypatch
     rows = {row[0]: row for row in package_rows(pipe, record["stages"]["export"]["figures"])}
     assert rows["ct2"] == ["ct2", "int8", "-", "-", "-", note]
     assert note.replace("'", "&#x27;") in (pipe / "report.html").read_text()
-
-
-class Killed(Exception):
-    """What a test raises to stop a run where a kill would."""
 
 
 def test_the_stage_is_redone_whole_after_a_kill(exported, tmp_path, monkeypatch):

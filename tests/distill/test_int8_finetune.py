@@ -28,7 +28,7 @@ from nmt.train.fakequant import FakeQuantLinear, fake_quantize, fake_quantized_l
 from nmt.train.loop import Trainer
 from nmt.translation.translator import ModelOptions, Translator
 from tests.helpers.cli import run_cli
-from tests.helpers.distilling import distill_config
+from tests.helpers.distilling import Killed, distill_config
 from tests.helpers.modeling import PAD, SRC, TGT, V, make_model
 
 
@@ -170,10 +170,6 @@ def test_the_int8_aware_fine_tune_narrows_the_int8_gap():
 
 
 # ---- the pipeline stage --------------------------------------------------------------------------------------------
-
-
-class Killed(Exception):
-    """What a test raises to stop a run where a kill would."""
 
 
 def test_the_stage_fine_tunes_resumes_after_a_kill_and_is_skipped_once_done(raw, tmp_path, monkeypatch):

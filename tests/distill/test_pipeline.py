@@ -20,12 +20,8 @@ from nmt.score import score
 from nmt.train.loop import Trainer
 from nmt.translation.translator import Translator
 from tests.helpers.cli import run_cli
-from tests.helpers.distilling import distill_config, distill_overrides
+from tests.helpers.distilling import Killed, distill_config, distill_overrides, read, stop_at
 from tests.helpers.paths import DEMO_MODEL, MARIAN_MODEL
-
-
-def read(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines()
 
 
 def test_the_chain_through_the_command_line(raw, tmp_path):
@@ -93,10 +89,6 @@ def test_references_are_mixed_in_the_stated_share(raw, tmp_path):
     refs, hyps = (read(tmp_path / "pipe" / f) for f in ("clean/train.de", "teacher/train.de"))
     assert data["reference_pairs"] <= sum(r != h for r, h in zip(refs, hyps))
     assert len(read(tmp_path / "pipe" / "distilled" / "train.en")) == kept + data["reference_pairs"]
-
-
-class Killed(Exception):
-    """What a test raises to stop a run where a kill would."""
 
 
 def test_a_kill_between_stages_resumes_at_the_unfinished_stage(raw, tmp_path, monkeypatch):
@@ -198,7 +190,7 @@ def test_a_student_larger_than_the_teacher_is_warned(raw, tmp_path, capsys):
 
 
 def test_other_settings_in_the_same_pipeline_dir_are_refused_then_forced(raw, tmp_path, monkeypatch):
-    monkeypatch.setitem(pipeline.RUNNERS, "teacher", lambda *a: (_ for _ in ()).throw(Killed()))
+    stop_at(monkeypatch, "teacher")
     with pytest.raises(Killed):
         pipeline.run(distill_config(raw, tmp_path / "pipe"), progress=False)
     other = distill_config(raw, tmp_path / "pipe", "distill.copies=false")
@@ -212,7 +204,7 @@ def test_other_settings_in_the_same_pipeline_dir_are_refused_then_forced(raw, tm
 
 
 def test_a_new_student_keeps_the_teachers_translations(raw, tmp_path, monkeypatch):
-    monkeypatch.setitem(pipeline.RUNNERS, "student", lambda *a: (_ for _ in ()).throw(Killed()))
+    stop_at(monkeypatch, "student")
     with pytest.raises(Killed):
         pipeline.run(distill_config(raw, tmp_path / "pipe"), progress=False)
     teacher_output = (tmp_path / "pipe" / "teacher" / "train.de").stat()
@@ -240,7 +232,7 @@ def test_an_imported_marian_teacher_translates_as_nmt_translate_does(raw, tmp_pa
 
     imported = tmp_path / "marian.pt"
     import_model(str(MARIAN_MODEL), imported)
-    monkeypatch.setitem(pipeline.RUNNERS, "data", lambda *a: (_ for _ in ()).throw(Killed()))
+    stop_at(monkeypatch, "data")
     with pytest.raises(Killed):
         pipeline.run(distill_config(raw, tmp_path / "pipe", f"distill.teacher={imported}"), progress=False)
     sources = read(tmp_path / "pipe" / "clean" / "train.en")
@@ -274,7 +266,7 @@ def test_a_full_disk_inside_the_teacher_is_one_line_and_loses_nothing(raw, tmp_p
         f"error: no space left on device while writing {chunks / '000001.de'}; previous files are intact"
     assert sorted(p.name for p in chunks.iterdir()) == ["000000.de"]  # no half chunk, no temp file
     monkeypatch.undo()  # space again: the rerun goes on at the second chunk
-    monkeypatch.setitem(pipeline.RUNNERS, "data", lambda *a: (_ for _ in ()).throw(Killed()))
+    stop_at(monkeypatch, "data")
     with pytest.raises(Killed):
         pipeline.run(distill_config(raw, pipe), progress=False)
     record = json.loads((pipe / "pipeline.json").read_text())

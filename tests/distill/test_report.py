@@ -27,7 +27,7 @@ from nmt.errors import NmtError
 from nmt.search import Hypothesis, generated_tokens
 from nmt.translation.translator import output_tokens
 from tests.helpers.cli import assert_one_line_error, run_cli
-from tests.helpers.distilling import distill_config, distill_overrides
+from tests.helpers.distilling import Killed, distill_config, distill_overrides
 from tests.helpers.paths import COMET_MODELS
 
 # the speed measured on 4 test lines in one batch and 2 one at a time, one timed round; the student's outputs cut at
@@ -145,10 +145,6 @@ def test_the_page_is_self_contained_and_escapes_the_corpus(finished):
     shown = console.export_text()
     for row in system_rows(scores, figures):
         assert re.search(r"\s*│\s*".join(re.escape(cell) for cell in row), shown), row
-
-
-class Killed(Exception):
-    """What a test raises to stop a run where a kill would."""
 
 
 def test_the_report_stage_resumes_after_a_kill(finished, tmp_path, monkeypatch):

@@ -6,7 +6,6 @@ line; a pipeline dir made before these keys taken as it is."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,27 +14,10 @@ from nmt.distill.page import data_section
 from nmt.distill.status import figures_line
 from nmt.errors import ConfigError, NmtError
 from nmt.translation.translator import Translator
-from tests.helpers.distilling import distill_config
+from tests.helpers.distilling import Killed, distill_config, read, record_of, stop_at
 from tests.helpers.paths import DEMO_MODEL
 
 SAMPLED = ("distill.teacher_sampling=true", "distill.teacher_nbest=2")  # two samples per source, the better first
-
-
-class Killed(Exception):
-    """What a test raises to stop a run where a kill would."""
-
-
-def read(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines()
-
-
-def stop_at(monkeypatch, stage: str) -> None:
-    """The pipeline stops when it reaches `stage` (what comes after is not what these tests check)."""
-    monkeypatch.setitem(pipeline.RUNNERS, stage, lambda *a: (_ for _ in ()).throw(Killed()))
-
-
-def record_of(pipe: Path) -> dict:
-    return json.loads((pipe / "pipeline.json").read_text())
 
 
 def test_nbest_gives_n_pairs_per_source(raw, tmp_path, monkeypatch):

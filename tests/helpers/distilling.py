@@ -4,9 +4,11 @@ cleaning filters drop."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from nmt.config.experiment import Config, load_config
+from nmt.distill import pipeline as distill_pipeline
 
 from .paths import DEMO_MODEL
 
@@ -30,6 +32,24 @@ def distill_overrides(raw: dict[str, str], pipeline: Path, *extra: str) -> list[
 
 def distill_config(raw: dict[str, str], pipeline: Path, *extra: str) -> Config:
     return load_config(None, distill_overrides(raw, pipeline, *extra))
+
+
+class Killed(Exception):
+    """What a test raises to stop a run where a kill would."""
+
+
+def stop_at(monkeypatch, stage: str) -> None:
+    """The pipeline stops when it reaches `stage`, as if killed there."""
+    monkeypatch.setitem(distill_pipeline.RUNNERS, stage, lambda *a: (_ for _ in ()).throw(Killed()))
+
+
+def record_of(pipe: Path) -> dict:
+    """A pipeline dir's pipeline.json."""
+    return json.loads((pipe / "pipeline.json").read_text())
+
+
+def read(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
 
 
 # (source, target, the filter that drops it): one pair per filter, between good pairs; `max_chars=80` makes the
