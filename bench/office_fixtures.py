@@ -34,12 +34,15 @@ PARTS = re.compile(r"word/(document|header\d*|footer\d*|footnotes|endnotes|comme
 MARK = "\ufffc"
 SEEN = {W + "footnoteReference", W + "endnoteReference", W + "drawing", W + "pict", W + "object", M + "oMath",
         W + "sym", A + "fld"}
+BREAKS = {W + "tab", W + "br", W + "cr", A + "br"}
 REVISIONS = ("ins", "del", "moveTo", "moveFrom", "rPrChange", "pPrChange")
+_SAFE = etree.XMLParser(resolve_entities=False, no_network=True)
 DOUBLED = re.compile(r"([,;:!?(])\1|\)\)|(?<!\.)\.\.(?!\.)")
 
 
 def shown(p: etree._Element) -> str:
-    """A paragraph as read: its text, each atom a reader sees as one mark (an empty w:fldSimple too)."""
+    """A paragraph as read: its text, each atom a reader sees as one mark (an empty w:fldSimple too), a tab or
+    break as a space."""
     out: list[str] = []
     skip: etree._Element | None = None
     for el in p.iter():
@@ -52,6 +55,8 @@ def shown(p: etree._Element) -> str:
             out.append(MARK)
         elif el.tag in (W + "t", A + "t") and (el.text or ""):
             out.append(el.text)
+        elif el.tag in BREAKS and el.getparent().tag in (W + "r", A + "p"):  # a reader sees a space or new line
+            out.append(" ")
     return "".join(out)
 
 
@@ -118,7 +123,7 @@ def measure(path: Path, source_lang: str) -> Counter[str]:
         for name in z.namelist():
             if not PARTS.fullmatch(name):
                 continue
-            root = etree.fromstring(z.read(name))
+            root = etree.fromstring(z.read(name), _SAFE)  # POI's ExternalEntityInText.docx names an entity
             for p in root.iter(W + "p", A + "p"):
                 if any(a.tag == FALLBACK for a in p.iterancestors()):
                     continue
