@@ -163,7 +163,8 @@ def _html_paragraphs(root: etree._Element | None) -> list[str]:
         buf.append(el.tail or "")
 
     for title in ([] if root is None else root.iter("{*}title", "title")):
-        walk(title)
+        if etree.QName(title.getparent()).localname.lower() == "head":  # an SVG's <title> is in its atom
+            walk(title)
     if root is not None:
         walk(root)
     flush()
