@@ -106,18 +106,18 @@ class DecoderCache:
         (a repeat copies a group; None: every group stays, in order), and row q of new group g continues the
         history of row parents[g, q] of old group keep[g] (parents [G', Q'], Q' the new group size: beam
         search's first step widens 1 -> beam). Within groups only `slots` is gathered; the keys/values are
-        copied only when groups are dropped, repeated or reordered, or widen."""
+        copied only when `keep` is given (groups dropped, repeated or reordered), or groups widen. Nothing here
+        waits for the device (`keep` is not inspected: pass None when every group stays)."""
         parents = parents.to(self.slots.device)
         W, group = self.self_kv.size(5), parents.size(1)
-        if keep is None:  # no index to check, and no wait for the device
+        if keep is None:
             self.slots = self.slots.gather(1, parents[:, :, None].expand(-1, -1, self.slots.size(2)))
             if group > W:
                 self._move_groups(None, group)
         else:
             keep = keep.to(self.slots.device)
             self.slots = self.slots[keep[:, None], parents]
-            if not _is_identity(keep, self.cross_kv.size(2)) or group > W:
-                self._move_groups(keep, group)
+            self._move_groups(keep, group)
         self.group = group
 
     def _move_groups(self, keep: Tensor | None, group: int) -> None:
@@ -149,11 +149,6 @@ class DecoderCache:
         slots = self.slots.new_zeros(*self.slots.shape[:2], capacity)
         slots[:, :, : self.step] = self.slots[:, :, : self.step]
         self.self_kv, self.slots = grown, slots
-
-
-def _is_identity(keep: Tensor, groups: int) -> bool:
-    """Whether `keep` keeps all `groups` groups in their order (then no key/value moves)."""
-    return keep.numel() == groups and bool(keep.eq(torch.arange(groups, device=keep.device)).all())
 
 
 class LayerCache(NamedTuple):

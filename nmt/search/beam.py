@@ -2,13 +2,16 @@
 log-probability and keeps the best 2*beam (`best_continuations`, fairseq's BeamSearch.step). EOS candidates among the
 top `beam` become finished hypotheses, scored with the length penalty; the best `beam` non-EOS candidates continue.
 A sentence is done by the one stop rule (nmt.search.scoring.cannot_improve) or at its length limit, where EOS is
-forced on every beam; its rows then leave the batch and the cache. With beam=1 this is not quite greedy search: a
-hypothesis may go on past an EOS it could beat. The cache learns each step's outcome from one
-`cache.reorder(sentences kept, parent beams)`; a `trace` callback receives each step's candidates and what became of
-them (a BeamStep: `nmt explain` draws them).
+forced on every beam. With beam=1 this is not quite greedy search: a hypothesis may go on past an EOS it could beat.
+The cache learns each step's outcome from one `cache.reorder(sentences kept, parent beams)`; a `trace` callback
+receives each step's candidates and what became of them (a BeamStep: `nmt explain` draws them).
+
+A step never waits for the device: the finished hypotheses and the token histories stay there (nmt.search.history),
+and a done sentence's rows go on, scoring -inf so that they end nothing, until the loop's next poll, where the done
+sentences leave the batch and the cache (`poll`: the one host wait).
 
 Rows: step 0 runs one row per sentence (all beams would hold the same empty prefix); its reorder widens each
-sentence to `beam` rows. Row n * beams + k is beam k of the n-th sentence still searching."""
+sentence to `beam` rows. Row n * beams + k is beam k of the n-th sentence in the batch."""
 
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmt.kernels import top_k_rows
-from nmt.search.scoring import Hypothesis, Move, cannot_improve, length_normalized
+from nmt.search.history import Finished, History
+from nmt.search.scoring import Hypothesis, Move, cannot_improve
 from nmt.search.settings import SearchSettings
 
 
@@ -82,97 +86,70 @@ def _beam_step(t: int, sentence: Tensor, top: Candidates, ending: Tensor, contin
                     done_l)
 
 
-class Finished:
-    """Each sentence's finished hypotheses: its best `beam` (best first) and, once it has that many, the
-    score a new one has to beat (`worst` [B], -inf before)."""
-
-    def __init__(self, sentences: int, beam: int, alpha: float, kind: str, src_len: list[int], device: torch.device):
-        self.hypotheses: list[list[Hypothesis]] = [[] for _ in range(sentences)]
-        self.worst = torch.full((sentences,), float("-inf"), device=device)
-        self.beam, self.alpha, self.kind, self.src_len = beam, alpha, kind, src_len
-
-    def add(self, sentences: list[int], logprobs: list[float], prefixes: list[list[int]],
-            attention: Tensor | None) -> None:
-        """Hypotheses ending (with EOS) at this step: their prefixes, total log-probabilities and, when
-        wanted, attention [n, len + 1, S] (CPU)."""
-        for i, (s, logprob, prefix) in enumerate(zip(sentences, logprobs, prefixes, strict=True)):
-            score = length_normalized(logprob, len(prefix) + 1, self.alpha, self.kind)
-            self.hypotheses[s].append(Hypothesis(
-                tokens=prefix, score=score, logprob=logprob,
-                attention=attention[i, :, : self.src_len[s]].clone() if attention is not None else None,
-            ))
-        for s in set(sentences):
-            self.hypotheses[s] = sorted(self.hypotheses[s], key=lambda h: h.score, reverse=True)[: self.beam]
-            if len(self.hypotheses[s]) == self.beam:
-                self.worst[s] = self.hypotheses[s][-1].score
-
-
 class Beam:
     def __init__(self, src: Tensor, limit: Tensor, settings: SearchSettings, eos: int, pad: int,
                  trace: Callable[[BeamStep], None] | None = None):
-        B, S = src.shape
-        T = int(limit.max())
-        device, s = src.device, settings
-        self.settings, self.limit, self.eos, self.trace, self.K = settings, limit, eos, trace, settings.beam
-        self.sentence = torch.arange(B, device=device)  # the sentence of each group still searching
+        B, device, s = src.size(0), src.device, settings
+        self.settings, self.eos, self.trace, self.K = settings, eos, trace, settings.beam
+        self.poll_every = 1 if trace is not None else s.poll_interval(device)  # a trace shows each step's leavers
+        self.sentence = torch.arange(B, device=device)  # the sentence of each group in the batch
+        self.limit = self.row_limit = limit  # each group's length limit, and each row's
         self.scores = torch.zeros(B, device=device)  # cumulative log-probability of each row
-        self.history = src.new_full((B, T + 1), pad)  # tokens emitted so far by each row
-        self.attn = torch.zeros(B, T + 1, S, device=device) if s.need_attention else None
-        self.finished = Finished(B, self.K, s.length_penalty, s.length_penalty_type, src.ne(pad).sum(dim=1).tolist(),
-                                 device)
+        self.done = torch.zeros(B, dtype=torch.bool, device=device)  # each group: its search has ended
+        self.finished = Finished(B, self.K, s.length_penalty, s.length_penalty_type, device)
+        self.history = History()
+        self.src_len = src.ne(pad).sum(dim=1)
 
     def beams(self, t: int) -> int:
         """Rows per sentence at step t."""
         return 1 if t == 0 else self.K
 
     def at_limit(self, t: int) -> Tensor:
-        return (t >= self.limit[self.sentence]).repeat_interleave(self.beams(t))
+        return self.row_limit.le(t)
 
-    def step(self, t: int, logprobs: Tensor, step_attn: Tensor | None) -> Move | None:
-        """The beam rule for step t; None when every sentence is done."""
-        K, beams, sentence, s = self.K, self.beams(t), self.sentence, self.settings
+    def step(self, t: int, logprobs: Tensor, step_attn: Tensor | None) -> Move:
+        """The beam rule for step t, on the device: nothing here waits for it."""
+        K, beams, s = self.K, self.beams(t), self.settings
         top = best_continuations(logprobs, self.scores, beams, 2 * K)
-        top_rows = top.parents + torch.arange(sentence.numel(), device=sentence.device)[:, None] * beams  # [N, 2K]
+        first_rows = torch.arange(0, self.sentence.numel() * beams, beams, device=top.parents.device)
+        top_rows = top.parents + first_rows[:, None]  # [N, 2K] the row each candidate continues
         is_eos = top.tokens.eq(self.eos)
-        ending = is_eos[:, :K] & top.scores[:, :K].isfinite()
-        if bool(ending.any()):
-            self._finish(t, ending, top, top_rows, step_attn)
+        # finite (of scores at most 0: > -inf); a done sentence's rows score -inf: none of them end
+        ending = is_eos[:, :K] & top.scores[:, :K].gt(float("-inf"))
+        self.finished.add(t, self.sentence, ending, top.scores[:, :K], top_rows[:, :K])
         # The best K non-EOS candidates of each sentence (a stable sort keeps their rank order).
         continuing = is_eos.to(torch.int8).sort(dim=1, stable=True).indices[:, :K]
         best_active = top.scores.gather(1, continuing[:, :1]).squeeze(1)
-        done = (t >= self.limit[sentence]) | cannot_improve(self.finished.worst[sentence], best_active, t + 1,
-                                                            s.length_penalty, s.length_penalty_type)
+        done = self.limit.le(t) | cannot_improve(self.finished.worst(), best_active, t + 1, s.length_penalty,
+                                                 s.length_penalty_type)
         if self.trace is not None:
-            self.trace(_beam_step(t, sentence, top, ending, continuing, done))
-        if bool(done.all()):
-            return None
-        keep = (~done).nonzero().squeeze(1) if bool(done.any()) else None  # None: every sentence goes on
-        if keep is not None:
-            top, top_rows, continuing = top.select(keep), top_rows[keep], continuing[keep]
-            self.sentence = sentence[keep]
-        rows = top_rows.gather(1, continuing).flatten()
+            self.trace(_beam_step(t, self.sentence, top, ending, continuing, done))
         tokens = top.tokens.gather(1, continuing).flatten()
-        self.scores = top.scores.gather(1, continuing).flatten()
-        self._extend(rows, t, tokens, step_attn)
-        return Move(tokens, keep, top.parents.gather(1, continuing))
+        # A done sentence's rows go on until the next poll takes them out, scoring -inf: they end nothing more.
+        self.scores = top.scores.gather(1, continuing).masked_fill(done[:, None], float("-inf")).flatten()
+        self.history.add(tokens, top_rows.gather(1, continuing).flatten(), step_attn)
+        self.done = done
+        if t == 0:
+            self.row_limit = self.limit[:, None].expand(-1, K).flatten()
+        return Move(tokens, parents=top.parents.gather(1, continuing))
 
-    def _finish(self, t: int, ending: Tensor, top: Candidates, top_rows: Tensor, step_attn: Tensor | None) -> None:
-        """The candidates `ending` [N, K] (EOS among each sentence's best K) become finished hypotheses."""
-        slot, rank = ending.nonzero(as_tuple=True)
-        rows = top_rows[slot, rank]
-        ended_attn = None
-        if self.attn is not None and step_attn is not None:
-            ended_attn = torch.cat([self.attn[rows, :t], step_attn[rows, None]], dim=1).cpu()
-        self.finished.add(self.sentence[slot].tolist(), top.scores[slot, rank].tolist(),
-                          self.history[rows, :t].tolist(), ended_attn)
-
-    def _extend(self, rows: Tensor, t: int, tokens: Tensor, step_attn: Tensor | None) -> None:
-        """The token histories (and attention) of the rows kept, with step t's tokens (and attention) written."""
-        self.history = self.history[rows]
-        self.history[:, t] = tokens
-        if self.attn is not None:
-            self.attn = self.attn[rows]
-            self.attn[:, t] = step_attn[rows]
+    def poll(self, move: Move) -> Move | None:
+        """The one host wait: the sentences whose search has ended leave the batch. None: every one has."""
+        searching = (~self.done).nonzero().squeeze(1)
+        if searching.numel() == self.done.numel():
+            return move
+        if searching.numel() == 0:
+            return None
+        self.sentence, self.limit, self.done = self.sentence[searching], self.limit[searching], self.done[searching]
+        self.row_limit = self.limit[:, None].expand(-1, self.K).flatten()
+        self.scores = self.scores.view(-1, self.K)[searching].flatten()
+        self.finished.keep(searching)
+        self.history.narrow(searching, self.K)
+        return move.only(searching, self.K)
 
     def results(self) -> list[list[Hypothesis]]:
-        return [hyps[:self.settings.nbest] for hyps in self.finished.hypotheses]
+        src_len = self.src_len.tolist()
+        return [[Hypothesis(self.history.output(step, row), score, logprob,
+                            self.history.attention_rows(step, row, src_len[b]))
+                 for score, logprob, step, row in ranked]
+                for b, ranked in enumerate(self.finished.ranked(self.settings.nbest))]

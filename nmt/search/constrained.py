@@ -139,6 +139,7 @@ class Constrained:
         self.unfinished: list[Hypothesis] = []  # ended at the limit without every term
         self.wordish = terms.continues_word.tolist()
         self.later = terms.later()
+        self.poll_every = 0  # never polled: each step decides on the host (its states are Python objects)
 
     def at_limit(self, t: int) -> Tensor:
         return torch.full((len(self.beams),), t >= self.limit, device=self.device)
@@ -161,8 +162,7 @@ class Constrained:
         self.beams = [_Beam(self.beams[p].tokens + [tok], score, state,
                             self.beams[p].attention + ([rows_attn[p].cpu()] if rows_attn is not None else []))
                       for score, p, tok, state in chosen]
-        return Move(torch.tensor([c[2] for c in chosen], device=self.device),
-                    torch.zeros(1, dtype=torch.long, device=self.device),
+        return Move(torch.tensor([c[2] for c in chosen], device=self.device), None,
                     torch.tensor([parents], device=self.device))
 
     def _candidates(self, logprobs: Tensor, rows_attn: Tensor | None) -> list[tuple[float, int, int, State]]:

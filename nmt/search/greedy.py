@@ -1,60 +1,74 @@
-"""Greedy search as a strategy of nmt.search.loop: the most likely token at every step, one row per sentence; a
-sentence's row leaves the batch (and the cache) when it writes EOS. The length penalty only sets
-Hypothesis.score, so that it matches the beam rule's score of the same output."""
+"""Greedy search as a strategy of nmt.search.loop: the most likely token at every step, one row per sentence. The
+length penalty only sets Hypothesis.score, so that it matches the beam rule's score of the same output.
+
+A step never waits for the device: the tokens go to a History (nmt.search.history) and each step's EOS rows to a
+log, both read once at the end, where a sentence's output is what its row wrote up to its first EOS. A row that wrote
+EOS goes on (what it writes after is never read) until the loop's next poll, where it leaves the batch and the cache
+(`poll`: the one host wait)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
+from nmt.search.history import History, entries
 from nmt.search.scoring import Hypothesis, Move, length_normalized
 from nmt.search.settings import SearchSettings
 
 
 class Greedy:
     def __init__(self, src: Tensor, limit: Tensor, settings: SearchSettings, eos: int, pad: int):
-        B, S = src.shape
-        T = int(limit.max())
-        self.settings, self.limit, self.eos, self.src = settings, limit, eos, src
-        self.pad = pad
-        self.rows = torch.arange(B, device=src.device)  # sentence of each active row (one row per sentence)
-        self.out = src.new_full((B, T + 1), pad)
-        self.logprob = torch.zeros(B, device=src.device)
-        self.lengths = torch.zeros(B, dtype=torch.long, device=src.device)
-        self.attn = torch.zeros(B, T + 1, S, device=src.device) if settings.need_attention else None
+        B, device = src.size(0), src.device
+        self.settings, self.limit, self.eos, self.src_len = settings, limit, eos, src.ne(pad).sum(dim=1)
+        self.poll_every = settings.poll_interval(device)
+        self.sentence = torch.arange(B, device=device)  # the sentence of each row in the batch
+        self.logprob = torch.zeros(B, device=device)  # each row's cumulative log-probability
+        self.ended = torch.zeros(B, dtype=torch.bool, device=device)  # each row: it has written EOS
+        self.history = History()
+        self.log: list[tuple[int, Tensor, Tensor, Tensor]] = []  # each step: (t, sentence, wrote EOS, logprob)
 
     def at_limit(self, t: int) -> Tensor:
-        return t >= self.limit[self.rows]
+        return self.limit.le(t)
 
-    def step(self, t: int, logprobs: Tensor, step_attn: Tensor | None) -> Move | None:
-        """Each row's most likely token; the rows that wrote EOS leave. None: every row has ended."""
-        rows = self.rows
+    def step(self, t: int, logprobs: Tensor, step_attn: Tensor | None) -> Move:
+        """Each row's most likely token, on the device: nothing here waits for it."""
         best, tokens = logprobs.max(dim=-1)
-        self.logprob[rows] = self.logprob[rows] + best
-        self.out[rows, t] = tokens
-        if self.attn is not None:
-            self.attn[rows, t] = step_attn
-        done = tokens.eq(self.eos)
-        self.lengths[rows[done]] = t
-        if bool(done.all()):
+        self.logprob = self.logprob + best
+        eos = tokens.eq(self.eos)
+        self.ended = self.ended | eos
+        self.history.add(tokens, None, step_attn)
+        self.log.append((t, self.sentence, eos, self.logprob))
+        return Move(tokens)
+
+    def poll(self, move: Move) -> Move | None:
+        """The one host wait: the rows that have written EOS leave the batch. None: every one has."""
+        searching = (~self.ended).nonzero().squeeze(1)
+        if searching.numel() == self.ended.numel():
+            return move
+        if searching.numel() == 0:
             return None
-        if not bool(done.any()):
-            return Move(tokens)
-        keep = (~done).nonzero().squeeze(1)
-        self.rows = rows[keep]
-        return Move(tokens[keep], keep, torch.zeros_like(keep)[:, None])
+        self.sentence, self.limit = self.sentence[searching], self.limit[searching]
+        self.logprob, self.ended = self.logprob[searching], self.ended[searching]
+        self.history.narrow(searching, 1)
+        return move.only(searching, 1)
 
     def results(self) -> list[list[Hypothesis]]:
-        s = self.settings
-        out_l, lp_l, len_l = self.out.tolist(), self.logprob.tolist(), self.lengths.tolist()
-        src_len = self.src.ne(self.pad).sum(dim=1).tolist()
-        attn = self.attn.cpu() if self.attn is not None else None
-        return [
-            [Hypothesis(
-                tokens=out_l[i][: len_l[i]],
-                score=length_normalized(lp_l[i], len_l[i] + 1, s.length_penalty, s.length_penalty_type),
-                logprob=lp_l[i],
-                attention=attn[i, : len_l[i] + 1, : src_len[i]].clone() if attn is not None else None,
-            )]
-            for i in range(len(out_l))
-        ]
+        s, src_len, ends = self.settings, self.src_len.tolist(), self._first_eos()
+        return [[Hypothesis(
+            tokens=self.history.output(step, row),
+            score=length_normalized(logprob, step + 1, s.length_penalty, s.length_penalty_type),
+            logprob=logprob,
+            attention=self.history.attention_rows(step, row, src_len[b]),
+        )] for b, (step, row, logprob) in enumerate(ends)]
+
+    def _first_eos(self) -> list[tuple[int, int, float]]:
+        """Each sentence's first EOS: (step, row, cumulative log-probability). Every row writes one by its limit."""
+        steps, sentences, eos, logprobs = zip(*self.log, strict=True)
+        wrote = torch.cat(eos).nonzero().squeeze(1)
+        table = torch.stack([wrote.double(), torch.cat(sentences)[wrote].double(),  # one copy to the host
+                             torch.cat(logprobs)[wrote].double()]).tolist()
+        first: dict[int, tuple[int, int, float]] = {}
+        at = entries([int(i) for i in table[0]], [len(b) for b in sentences])
+        for (entry, row), b, logprob in zip(at, *table[1:], strict=True):
+            first.setdefault(int(b), (steps[entry], row, logprob))
+        return [first[b] for b in range(len(self.src_len))]

@@ -6,7 +6,14 @@ strategy's choice, the cache reordered to follow it), one ending (the strategy s
 The model is used only through `encode(src)`, `init_cache(memory, src_pad_mask, max_len)` and
 `decode_step(tokens, cache, need_attention) -> (logits, attention | None)` (see nmt/model.py), plus its optional
 `max_positions` attribute. `src` [B, S] already ends in EOS and is right-padded with PAD; the caller puts the model in
-eval(). Rows of finished sentences leave the cache (`cache.reorder`), so the batch shrinks as sentences finish."""
+eval(). Rows of finished sentences leave the cache (`cache.reorder`), so the batch shrinks as sentences finish.
+
+No step of greedy or beam search waits for the device (a GPU runs ahead of the host): which sentences are done is
+asked every `strategy.poll_every` steps (`strategy.poll`, one host wait), and until then a done sentence's rows stay
+in the batch, masked. Host waits that remain: two in the prelude (the longest and the shortest length limit) and a
+few in the ending (the hypotheses read back); constrained search decides on the host at every step (its terms'
+states are Python objects), and sampling polls at every step (its draws depend on which rows are in the batch: the
+same rows as before keep a seed's samples)."""
 
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ from nmt.search.beam import Beam, BeamStep
 from nmt.search.constrained import Constrained, Terms
 from nmt.search.greedy import Greedy
 from nmt.search.sampling import Sample
-from nmt.search.scoring import Hypothesis, max_lengths, step_attention, step_log_probs
+from nmt.search.scoring import Hypothesis, Move, max_lengths, step_attention, step_log_probs
 from nmt.search.settings import SearchSettings
 
 
@@ -39,19 +46,29 @@ def run(model, src: Tensor, settings: SearchSettings, special: Any, *, constrain
     cache = model.init_cache(memory, src_pad_mask, T + 1)
     strategy = _strategy(src, limit, settings, special, constraints, trace)
     tokens = src.new_full((src.size(0),), special.bos)
-    first_limit = int(limit.min())  # before this step no row is at its limit: no per-step check (nor host wait)
+    first_limit = int(limit.min())  # before this step no row is at its limit: no per-step check
+    every = strategy.poll_every
     for t in range(T + 1):
-        logits, attention = model.decode_step(tokens, cache, settings.need_attention)
-        at_limit = strategy.at_limit(t) if t >= first_limit else None
-        logprobs = step_log_probs(logits, at_limit, special.bos, special.eos, special.pad,
-                                  too_short=t < settings.min_len)
-        move = strategy.step(t, logprobs, step_attention(attention, settings.attention_layer))
-        if move is None:
+        move = step(model, strategy, cache, tokens, t, first_limit, settings, special)
+        if move is not None and every and (t + 1) % every == 0:
+            move = strategy.poll(move)  # the one host wait: the sentences that are done leave the batch
+        if move is None or t == T:  # every row reaches its limit, where EOS is forced, by step T
             break
         if move.keep is not None or move.parents is not None:
             cache.reorder(move.keep, parents=move.parents)
         tokens = move.tokens
     return strategy.results()
+
+
+def step(model, strategy: Any, cache: Any, tokens: Tensor, t: int, first_limit: int, settings: SearchSettings,
+         special: Any) -> Move | None:
+    """Search step t: the model's next-token log-probabilities after `tokens`, the impossible tokens masked, the
+    strategy's choice. For greedy and beam search nothing here waits for the device."""
+    logits, attention = model.decode_step(tokens, cache, settings.need_attention)
+    at_limit = strategy.at_limit(t) if t >= first_limit else None
+    logprobs = step_log_probs(logits, at_limit, special.bos, special.eos, special.pad,
+                              too_short=t < settings.min_len)
+    return strategy.step(t, logprobs, step_attention(attention, settings.attention_layer))
 
 
 def _strategy(src: Tensor, limit: Tensor, settings: SearchSettings, special: Any, constraints: Terms | None,

@@ -53,6 +53,7 @@ class Sample:
         self.lengths = torch.full((B * n,), -1, dtype=torch.long, device=device)  # -1: not finished
         self.attn = torch.zeros(B * n, T + 1, S, device=device) if settings.need_attention else None
         self.generator = torch.Generator(device=device).manual_seed(settings.sampling_seed)
+        self.poll_every = 1  # the draws depend on the rows in the batch: the same rows, the same samples
 
     def rows(self) -> Tensor:
         """The buffer row of each search row (after step 0: every sample of the sentences still sampling)."""
@@ -61,8 +62,8 @@ class Sample:
     def at_limit(self, t: int) -> Tensor:
         return (t >= self.limit[self.sentence]).repeat_interleave(1 if t == 0 else self.n)
 
-    def step(self, t: int, logprobs: Tensor, step_attn: Tensor | None) -> Move | None:
-        """Each row's sampled token; a sentence leaves once all its samples are finished. None: all are."""
+    def step(self, t: int, logprobs: Tensor, step_attn: Tensor | None) -> Move:
+        """Each row's sampled token."""
         if t == 0:  # one row per sentence so far: each of its samples draws from it
             logprobs = logprobs.repeat_interleave(self.n, dim=0)
             step_attn = step_attn.repeat_interleave(self.n, dim=0) if step_attn is not None else None
@@ -75,20 +76,22 @@ class Sample:
         self.logprob[rows] += torch.where(active, logprobs.gather(1, tokens[:, None]).squeeze(1), 0.0)
         self.out[rows, t] = torch.where(active, tokens, self.out[rows, t])
         if self.attn is not None:
-            self.attn[rows[active], t] = step_attn[active]
+            self.attn[rows, t] = torch.where(active[:, None], step_attn, self.attn[rows, t])
         self.lengths[rows] = torch.where(active & tokens.eq(self.eos), t, self.lengths[rows])
-        done = tokens.eq(self.eos).view(-1, self.n).all(dim=1)
-        if bool(done.all()):
-            return None
-        if t > 0 and not bool(done.any()):
-            return Move(tokens)
-        keep = (~done).nonzero().squeeze(1)
-        self.sentence = self.sentence[keep]
+        self.done = tokens.eq(self.eos).view(-1, self.n).all(dim=1)
         if t == 0:  # every sample continues the sentence's one row
-            parents = torch.zeros(keep.numel(), self.n, dtype=torch.long, device=keep.device)
-        else:  # each sample its own row
-            parents = torch.arange(self.n, device=keep.device).expand(keep.numel(), self.n)
-        return Move(tokens.view(-1, self.n)[keep].flatten(), keep, parents)
+            return Move(tokens, parents=torch.zeros(self.done.numel(), self.n, dtype=torch.long, device=tokens.device))
+        return Move(tokens)
+
+    def poll(self, move: Move) -> Move | None:
+        """A sentence leaves once all its samples are finished. None: all are."""
+        searching = (~self.done).nonzero().squeeze(1)
+        if searching.numel() == self.done.numel():
+            return move
+        if searching.numel() == 0:
+            return None
+        self.sentence = self.sentence[searching]
+        return move.only(searching, self.n)
 
     def results(self) -> list[list[Hypothesis]]:
         s = self.settings

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -44,6 +45,13 @@ class Move(NamedTuple):
     keep: Tensor | None = None
     parents: Tensor | None = None
 
+    def only(self, keep: Tensor, group: int) -> Move:
+        """This move for the sentences `keep` (of those it moves, `group` rows each) alone: the others leave."""
+        parents = self.parents
+        if parents is None:
+            parents = torch.arange(group, device=keep.device).expand(self.tokens.numel() // group, group)
+        return Move(self.tokens.view(-1, group)[keep].flatten(), keep, parents[keep])
+
 
 def length_penalty_divisor(length: int, alpha: float, kind: str = "gnmt") -> float:
     """What a hypothesis's log-probability is divided by; `length` counts its tokens, EOS included.
@@ -66,8 +74,8 @@ def cannot_improve(worst: Tensor | float, best_active: Tensor | float, length: i
     `best_active` scored at its current `length`, cannot beat that worst. (fairseq stops at `beam` finished alone,
     which with a confident model lets junk beams that end early crowd out the real translation.)"""
     best = best_active / length_penalty_divisor(length, alpha, kind)
-    if isinstance(worst, Tensor):
-        return worst.isfinite() & worst.ge(best)
+    if isinstance(worst, Tensor):  # a score is finite or -inf: > -inf is isfinite in 1 operator, not 4
+        return worst.gt(float("-inf")) & worst.ge(best)
     return worst > float("-inf") and worst >= best
 
 

@@ -11,6 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+import torch
+
+# Steps between checks for finished sentences, by device. A check costs a host wait, which stalls a GPU's queue of
+# launched kernels (4: a guess until measured); on a CPU nothing is queued, while a finished sentence's rows left
+# in the batch cost a whole decoder step each (at batch 1 every step past the end is wasted): check every step.
+POLL_EVERY = {"cpu": 1, "other": 4}
+
 
 @dataclass(frozen=True)
 class SearchSettings:
@@ -30,14 +37,21 @@ class SearchSettings:
     need_attention: bool = False  # each hypothesis keeps its cross-attention rows (alignments, pictures, glossaries)
     attention_layer: int = -1  # the decoder layer those rows come from
     deadline: float | None = None  # time.monotonic() past which a constrained search returns what it has
+    # Steps between the host's checks for finished sentences (greedy and beam search; 0: POLL_EVERY of the device).
+    # In between no step waits for the device; a finished sentence's rows stay in the batch, masked, until checked.
+    poll_every: int = 0
 
     def __post_init__(self) -> None:
         if self.beam < 1 or not 1 <= self.nbest <= self.beam:
             raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={self.beam}, nbest={self.nbest}")
-        if self.min_len < 0 or self.sampling_topk < 0 or not 0 < self.sampling_topp <= 1 \
+        if self.min_len < 0 or self.poll_every < 0 or self.sampling_topk < 0 or not 0 < self.sampling_topp <= 1 \
                 or not self.sampling_temperature > 0:
-            raise ValueError("need min_len >= 0, sampling_topk >= 0, 0 < sampling_topp <= 1 and "
+            raise ValueError("need min_len >= 0, poll_every >= 0, sampling_topk >= 0, 0 < sampling_topp <= 1 and "
                              "sampling_temperature > 0")
+
+    def poll_interval(self, device: torch.device) -> int:
+        """`poll_every`, or the device's default."""
+        return self.poll_every or POLL_EVERY.get(device.type, POLL_EVERY["other"])
 
     @classmethod
     def of(cls, source: Any, **changes: Any) -> SearchSettings:
