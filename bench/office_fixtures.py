@@ -29,7 +29,8 @@ W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
 M = "{http://schemas.openxmlformats.org/officeDocument/2006/math}"
 FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
-PARTS = re.compile(r"word/(document|header\d*|footer\d*|footnotes|endnotes|comments)\.xml|ppt/(slides/slide|"
+# word/document2.xml: a main part _rels/.rels names otherwise (pandoc's alternate_document_path.docx)
+PARTS = re.compile(r"word/(document\d*|header\d*|footer\d*|footnotes|endnotes|comments)\.xml|ppt/(slides/slide|"
                    r"notesSlides/notesSlide)\d+\.xml")
 MARK = "\ufffc"
 SEEN = {W + "footnoteReference", W + "endnoteReference", W + "drawing", W + "pict", W + "object", M + "oMath",

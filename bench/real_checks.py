@@ -19,7 +19,7 @@ OFFICE = ("docx", "pptx", "odt")
 SUBTITLES = ("srt", "vtt")
 # The parts nmt writes text into (docs/documents.md); every other zip member must come back byte for byte.
 TEXT_PARTS = {
-    "docx": r"word/(document|header\d*|footer\d*|footnotes|endnotes|comments|diagrams/(data|drawing)\d*"
+    "docx": r"word/(document\d*|header\d*|footer\d*|footnotes|endnotes|comments|diagrams/(data|drawing)\d*"
             r"|charts/chart\d*)\.xml",
     "pptx": r"ppt/(slides/slide|notesSlides/notesSlide|comments/\w*?[Cc]omment|diagrams/(data|drawing)"
             r"|charts/chart)\d*\.xml",

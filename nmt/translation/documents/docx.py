@@ -35,6 +35,8 @@ W = Dialect("http://schemas.openxmlformats.org/wordprocessingml/2006/main",
             not_formatting=frozenset({"lang", "noProof"}),  # and every w:rsid* attribute
             language="lang", revisions=REVISIONS, code_styles=CODE_STYLES)
 PARTS = re.compile(r"word/(document|header\d*|footer\d*|footnotes|endnotes|comments)\.xml")
+# The main part's relationships to the other parts of PARTS (found so wherever they are: nmt.translation.documents.opc)
+NOTES = frozenset({"header", "footer", "footnotes", "endnotes", "comments"})
 # SmartArt (its data and the drawing Word shows) and chart titles hold DrawingML paragraphs (a:p)
 DRAWINGML = re.compile(r"word/(diagrams/(data|drawing)\d+|charts/chart\d+)\.xml")
 
@@ -43,5 +45,5 @@ def translate(src: Path, dst: Path, translate_paragraphs: Callable[[list[Paragra
               languages: tuple[str, str] | None = None) -> int:
     """`src` translated into `dst`; the number of paragraphs translated. `languages`: the model's (source, target),
     for the language of translated runs (nmt.translation.documents.ooxml_marks)."""
-    rules = [Parts(PARTS, W), Parts(DRAWINGML, A)]
+    rules = [Parts(PARTS, W, main=True, related=NOTES), Parts(DRAWINGML, A)]
     return translate_package(src, dst, "docx", "word/document.xml", rules, translate_paragraphs, languages)
