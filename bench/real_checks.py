@@ -340,12 +340,14 @@ def libreoffice(path: Path, outdir: Path, profile: Path, timeout: float = 180) -
 # --------------------------------------------------------------------------- runs marked with the source language
 
 
-def marked_runs(path: Path, source_lang: str) -> Iterator[tuple[str, str, str]]:
+def marked_runs(path: Path, source_lang: str,
+                unchanged: frozenset[str] = frozenset()) -> Iterator[tuple[str, str, str]]:
     """(why, part, text) for each run office_fixtures counts as marked with the source language (w:lang/@w:val,
     a:rPr/@lang), with why it may be: "no letter" (spaces, digits: nothing nmt sends), "field instruction",
     "deletion" (w:del, w:moveFrom, and the old formatting a w:rPrChange records), "kept atom" (a note reference,
-    drawing, math, code style, slide number field), "paragraph mark" (of a paragraph with no letter word), else
-    "other" (text nmt should have translated)."""
+    drawing, math, code style, slide number field), "copied by the model" (its paragraph's text, `unchanged`, is its
+    source's: the model gave it back, "C4", a name, so nmt wrote the source, marks and all, by its stated rule),
+    "paragraph mark" (of a paragraph with no letter word), else "other" (text nmt should have translated)."""
     with zipfile.ZipFile(path) as z:
         for name in z.namelist():
             if not PARTS.fullmatch(name):
@@ -355,10 +357,10 @@ def marked_runs(path: Path, source_lang: str) -> Iterator[tuple[str, str, str]]:
                 value = el.get(W + "val") if el.tag == W + "lang" else el.get("lang")
                 if (value or "").lower().startswith(source_lang):
                     holder = el.getparent().getparent() if el.tag == W + "lang" else el.getparent()
-                    yield _why(holder), name, _text(holder)
+                    yield _why(holder, unchanged), name, _text(holder)
 
 
-def _why(holder: etree._Element) -> str:
+def _why(holder: etree._Element, unchanged: frozenset[str] = frozenset()) -> str:
     tags = {etree.QName(a).localname for a in [holder, *holder.iterancestors()]}
     inside = {etree.QName(d).localname for d in holder.iter() if isinstance(d.tag, str)}
     if tags & {"del", "moveFrom", "rPrChange", "pPrChange"} or inside & {"delText", "delInstrText"}:
@@ -368,6 +370,9 @@ def _why(holder: etree._Element) -> str:
     if "oMath" in tags or holder.tag == A + "fld" or any(d.tag in SEEN for d in holder.iter()) or any(
             _code(t) for t in holder.iter(W + "t")):
         return "kept atom"
+    p = next((a for a in holder.iterancestors(W + "p", A + "p")), holder)
+    if unchanged and prose(shown(p)) in unchanged:
+        return "copied by the model"
     if holder.tag == W + "pPr":
         p = holder.getparent()
         return "paragraph mark" if not words(shown(p)) else "other"

@@ -177,8 +177,10 @@ def check(src: Path, dst: Path, kind: str, lang: str, lo: tuple[Path, Path] | No
     if kind in ("docx", "pptx"):
         counts = measure(src, lang), measure(dst, lang)
         rec["marked"] = [counts[0][f"runs marked {lang}"], counts[1][f"runs marked {lang}"]]
-        rec["marked why"] = Counter(why for why, _, _ in rc.marked_runs(dst, lang))
-        rec["marked other"] = [f"{part}: {text!r}" for why, part, text in rc.marked_runs(dst, lang) if why == "other"]
+        unchanged = frozenset(rc.prose(b) for a, b in zip(before, after) if rc.prose(a) == rc.prose(b))
+        marked = list(rc.marked_runs(dst, lang, unchanged))
+        rec["marked why"] = Counter(why for why, _, _ in marked)
+        rec["marked other"] = [f"{part}: {text!r}" for why, part, text in marked if why == "other"]
     return rec
 
 
@@ -237,7 +239,7 @@ def report(results: dict[str, dict]) -> str:
         for kind in (rec["kind"], "total"):
             _add(rows[kind], rec)
     kinds = [k for k in ("docx", "pptx", "odt", "epub", "html", "md", "srt", "vtt", "total") if k in rows]
-    whys = ("no letter", "field instruction", "deletion", "kept atom", "paragraph mark", "other")
+    whys = ("no letter", "field instruction", "deletion", "kept atom", "copied by the model", "paragraph mark", "other")
     files = {"tried": "{tried}", "written": "{written}", "refused": "{refused}", "crashed": "{crashed}",
              "unchecked": "{unchecked}", "opens (same structure)": "{opens}/{written}",
              "LibreOffice PDF": "{lo ok}/{lo tried}", "zip members kept": "{zip same}/{zips}"}

@@ -51,6 +51,15 @@ def test_marked_runs_say_why(tmp_path: Path) -> None:
     assert whys == ["other", "no letter", "field instruction", "deletion", "kept atom", "paragraph mark"]
 
 
+def test_a_run_the_model_gave_back_unchanged_is_no_defect(tmp_path: Path) -> None:
+    # POI's shapes.pptx "C1", pandoc's 9358.docx table cell "C": the model copied them, so nmt wrote the source
+    en = '<w:rPr><w:lang w:val="en-US"/></w:rPr>'
+    path = _docx(tmp_path, f"<w:p><w:r>{en}<w:t>C4</w:t></w:r></w:p><w:p><w:r>{en}<w:t>The house</w:t></w:r></w:p>")
+    whys = [why for why, _, _ in real_checks.marked_runs(path, "en", frozenset({"C4"}))]
+    assert whys == ["copied by the model", "other"]
+    assert [why for why, _, _ in real_checks.marked_runs(path, "en")] == ["other", "other"]
+
+
 def test_a_move_origin_is_not_text_to_translate(tmp_path: Path) -> None:
     body = "<w:p><w:r><w:t>Kept here.</w:t></w:r><w:moveFrom><w:r><w:t>Moved away words</w:t></w:r></w:moveFrom></w:p>"
     assert real_checks.paragraphs(_docx(tmp_path, body), "docx") == ["Kept here."]
