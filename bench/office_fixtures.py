@@ -29,17 +29,21 @@ W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
 M = "{http://schemas.openxmlformats.org/officeDocument/2006/math}"
 FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
-PARTS = re.compile(r"word/(document|header\d*|footer\d*|footnotes|endnotes|comments)\.xml|ppt/(slides/slide|"
+# word/document2.xml: a main part _rels/.rels names otherwise (pandoc's alternate_document_path.docx)
+PARTS = re.compile(r"word/(document\d*|header\d*|footer\d*|footnotes|endnotes|comments)\.xml|ppt/(slides/slide|"
                    r"notesSlides/notesSlide)\d+\.xml")
 MARK = "\ufffc"
 SEEN = {W + "footnoteReference", W + "endnoteReference", W + "drawing", W + "pict", W + "object", M + "oMath",
         W + "sym", A + "fld"}
+BREAKS = {W + "tab", W + "br", W + "cr", A + "br"}
 REVISIONS = ("ins", "del", "moveTo", "moveFrom", "rPrChange", "pPrChange")
+_SAFE = etree.XMLParser(resolve_entities=False, no_network=True)
 DOUBLED = re.compile(r"([,;:!?(])\1|\)\)|(?<!\.)\.\.(?!\.)")
 
 
 def shown(p: etree._Element) -> str:
-    """A paragraph as read: its text, each atom a reader sees as one mark (an empty w:fldSimple too)."""
+    """A paragraph as read: its text, each atom a reader sees as one mark (an empty w:fldSimple too), a tab or
+    break as a space."""
     out: list[str] = []
     skip: etree._Element | None = None
     for el in p.iter():
@@ -52,6 +56,8 @@ def shown(p: etree._Element) -> str:
             out.append(MARK)
         elif el.tag in (W + "t", A + "t") and (el.text or ""):
             out.append(el.text)
+        elif el.tag in BREAKS and el.getparent().tag in (W + "r", A + "p"):  # a reader sees a space or new line
+            out.append(" ")
     return "".join(out)
 
 
@@ -118,7 +124,7 @@ def measure(path: Path, source_lang: str) -> Counter[str]:
         for name in z.namelist():
             if not PARTS.fullmatch(name):
                 continue
-            root = etree.fromstring(z.read(name))
+            root = etree.fromstring(z.read(name), _SAFE)  # POI's ExternalEntityInText.docx names an entity
             for p in root.iter(W + "p", A + "p"):
                 if any(a.tag == FALLBACK for a in p.iterancestors()):
                     continue

@@ -38,7 +38,7 @@ FORMATS = {".txt": "txt", ".md": "md", ".markdown": "md", ".html": "html", ".htm
 # format name -> module of nmt.translation.documents
 MODULES = {"txt": "txt", "md": "md", "html": "html", "srt": "subtitles", "vtt": "subtitles", "docx": "docx",
            "pptx": "pptx", "odt": "odt", "epub": "epub"}
-# zip formats: the kind named in refusals and the member each needs (what their modules open the zip with)
+# zip formats: the kind named in refusals and the member each needs (docx, pptx: unless _rels/.rels names another)
 CONTAINERS = {"docx": ("docx", "word/document.xml"), "pptx": ("pptx", "ppt/presentation.xml"),
               "odt": ("odt", "content.xml"), "epub": ("EPUB", "META-INF/container.xml")}
 BINARY = frozenset({"docx", "pptx", "odt", "epub", "pdf"})  # no stdout for these: --output is required
@@ -98,9 +98,10 @@ def check_document(src: Path, fmt: str, max_bytes: int = MAX_BYTES) -> None:
         raise NmtError(f"{src} is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:.0f} MiB limit for documents")
     format_module(fmt)
     if fmt in CONTAINERS:
+        from nmt.translation.documents.opc import MAIN_TYPES, open_package
         from nmt.translation.documents.safezip import open_zip
 
-        with open_zip(src, *CONTAINERS[fmt]):
+        with (open_package if fmt in MAIN_TYPES else open_zip)(src, *CONTAINERS[fmt]):  # docx, pptx: by _rels/.rels
             pass
     elif fmt in MODULES:
         from nmt.translation.documents.txt import read_text

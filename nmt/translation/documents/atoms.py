@@ -131,6 +131,6 @@ def glue_runs(runs: Sequence[Run], groups: Sequence[Hashable]) -> tuple[list[Run
             slices += [[part] for part in parts]
         else:
             atom = next(r for r, _, _ in parts if runs[r].atom)
-            out.append(Run("".join(runs[r].text[a:b] for r, a, b in parts), runs[atom].path, atom=True))
+            out.append(Run("".join(runs[r].text[a:b] for r, a, b in parts), runs[atom].path, True, runs[atom].space))
             slices.append(parts)
     return out, slices

@@ -84,7 +84,8 @@ def _refuse_drm(box: SafeZip) -> None:
 
 
 def _package_path(box: SafeZip) -> str:
-    """The OPF package's member name, from container.xml's first rootfile."""
+    """The OPF package's member name, from container.xml's first rootfile: the default rendition, which every reading
+    system opens; another rendition (the IDPF sample WCAG.epub's pre-translated braille) is kept as it is."""
     root = box.xml(CONTAINER).getroot()
     rootfile = next(root.iter(f"{CONTAINER_NS}rootfile"), None)
     path = rootfile.get("full-path") if rootfile is not None else None

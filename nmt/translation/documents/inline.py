@@ -29,6 +29,8 @@ characters. Placement, top-down over the tree of containers of a sentence:
 - Atoms and containers without words (whitespace, an image) are anchored after the target words of the unit
   before them (or before those of the unit after them), with the whitespace they had around them; units anchored
   at one place that had text between them in the source are written apart, adjacent ones stay adjacent.
+- An atom seen as whitespace (Run.space: a tab, a line break) is a space in the text sent, so the words around it
+  stay two words; it is written in place of that space.
 - Punctuation glued to a word stays outside a container whose source text did not have it ("<b>seven</b>!").
 - Punctuation written against an atom is the atom's, and atoms with only separators between them are one
   (nmt.translation.documents.atoms: HTML and Markdown glue their tokens; Office and ODT give `groups`, and such an
@@ -83,8 +85,10 @@ class Paragraph:
         starts, at = [], 0
         for run in work:
             starts.append(at)
-            at += 0 if run.atom else len(run.text)
-        self._joined = joined = "".join(run.text for run in work if not run.atom)
+            at += len(run.text) if not run.atom else int(run.space)
+        # an atom seen as whitespace (a break, a tab) is a space between the words around it, so they stay two words
+        self._joined = joined = "".join(run.text if not run.atom else " " * run.space for run in work)
+        self._spaces = frozenset(start for run, start in zip(work, starts) if run.atom and run.space)
         spans = split(joined)
         items = _items(work, starts, sorted({c for span in spans for c in span}))
         ats = [it.at for it in items]
@@ -124,7 +128,8 @@ class Paragraph:
             if t is None or t.text == self._sentences[index].text:
                 out += [piece for it in group for piece in self._copy(it)]
             else:
-                out += Placement(_sentence(self._sentences[index], self._joined), t, self._copy).pieces()
+                out += Placement(_sentence(self._sentences[index], self._joined, self._spaces), t,
+                                 self._copy).pieces()
         return out
 
     def _copy(self, it: Item) -> list[Piece]:
@@ -178,8 +183,9 @@ def _owners(items: list[Item], words: list[tuple[int, int]], joined: str) -> lis
     return owners
 
 
-def _sentence(source: _Source, joined: str) -> Sentence:
-    """A sentence's tree of containers, its words given to the items holding most of their characters."""
+def _sentence(source: _Source, joined: str, spaces: frozenset[int] = frozenset()) -> Sentence:
+    """A sentence's tree of containers, its words given to the items holding most of their characters; `spaces`:
+    where an atom seen as whitespace is in the joined text (its own space, not one around it)."""
     items, (a, b) = source.items, source.span
     words = [(m.start(), m.end()) for m in WORD.finditer(joined, a, b)]
     owners = _owners(items, words, joined)
@@ -213,9 +219,10 @@ def _sentence(source: _Source, joined: str) -> Sentence:
         close(len(items))
     for node in nodes.values():
         _edges(node, items, joined, source.before, source.after)
-    around = {i: _spaced(joined, it.at, it.at) for i, it in enumerate(items) if it.atom}
+    around = {i: _spaced(joined, it.at, it.at + (it.at in spaces)) for i, it in enumerate(items) if it.atom}
     glued_after = frozenset(i for i, it in enumerate(items) if it.atom and joined[it.at:it.at + 1].isalnum())
-    return Sentence(source.text, items, len(words), root, nodes, around, glued_after)
+    seen_as_space = frozenset(i for i, it in enumerate(items) if it.atom and it.at in spaces)
+    return Sentence(source.text, items, len(words), root, nodes, around, glued_after, seen_as_space)
 
 
 def _spaced(joined: str, start: int, end: int) -> tuple[bool, bool]:

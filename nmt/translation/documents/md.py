@@ -12,7 +12,9 @@ container with no word in it ("[`xcolor`]"). A shortcut or collapsed reference l
 translated is written as a full reference to its source label ("[Text][text]"): it finds its definition by its text,
 which the translation changed. Code blocks, HTML blocks and YAML/TOML front matter have no inline text: untouched. A
 block whose text cannot be found back in its source (tabs expanded by the parser) is kept as written. A soft line break
-inside a translated sentence becomes a space: the paragraph renders the same.
+inside a translated sentence becomes a space: the paragraph renders the same; a hard break is an atom with a space
+for the model after it (two words, not one). A rewritten paragraph stays one: a line of it that would open a block
+("~~~~" of two strikethroughs, "* " after a hard break) has its mark escaped, a blank one a backslash break.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ _HARDBREAK = re.compile(r"(?: {2,}|\\)\n[ \t]*")
 _AUTOLINK = re.compile(r"<[^<>\s]*>")
 _FRONT_MATTER = re.compile(r"(?:---|\+\+\+)\n(?:.*\n)*?(?:---|\.\.\.|\+\+\+)[ \t]*(?:\n|$)")
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|])")
+# What opens a block at a line's start (a list item, heading, fence, thematic break, setext underline): in a rewritten
+# paragraph, a line starting so (container markup, "~~" twice: a fence; a word after a hard break) is escaped
+_BLOCK_START = re.compile(r"[ \t]*(?:#{1,6}(?=[ \t]|$)|[*+-](?=[ \t]|$)|\d{1,9}[.)](?=[ \t]|$)|`{3,}|~{3,}"
+                          r"|(?:[*_-][ \t]*){3,}$|=+[ \t]*$)")
+_LINE_PREFIX = re.compile(r"(?:[ \t]*>)*[ \t]*")  # a continuation line's block quote and list indentation
 
 
 def parser() -> MarkdownIt:
@@ -56,6 +63,8 @@ class _Inline:
     # Shortcut and collapsed reference links ("[text]", "[text][]") resolve by their text: once it is translated,
     # their end is written as a full reference to the source's label, "[translated][text]", which still resolves.
     references: dict[int, str] = field(default_factory=dict)
+    source: str = ""  # the block's source text, whose own lines are left as they are
+    paragraph: bool = True  # a paragraph or setext heading: its first line could open a block (not "# ...", a cell)
 
     def write(self, pieces: list[Piece]) -> str:
         out: list[str] = []
@@ -69,7 +78,7 @@ class _Inline:
                     for k in reversed(path[common:])] + [self.opens[k] for k in piece.path[common:]]  # type: ignore
             out.append(self._text(piece))
             path = piece.path
-        return "".join(out)
+        return _guarded("".join(out), self.source, self.paragraph)
 
     def _text(self, piece: Piece) -> str:
         if piece.source is None:
@@ -79,6 +88,25 @@ class _Inline:
         if raw == text or self.runs[k].atom:
             return raw[a:b] if not self.runs[k].atom else raw
         return raw if (a, b) == (0, len(text)) else _SPECIAL.sub(r"\\\1", text[a:b])
+
+
+def _guarded(written: str, source: str, paragraph: bool) -> str:
+    """`written` with each line that would open a block, or be blank and so end the paragraph, made text: its first
+    mark escaped, a blank line's hard break written as a backslash; a line of the source as it is."""
+    seen = {line[_LINE_PREFIX.match(line).end():] for line in source.split("\n")}  # type: ignore[union-attr]
+    lines = written.split("\n")
+    for i, line in enumerate(lines):
+        at = _LINE_PREFIX.match(line).end() if i else 0  # type: ignore[union-attr]
+        rest = line[at:]
+        if rest in seen or (i == 0 and not paragraph):
+            continue
+        if not rest.strip() and 0 < i < len(lines) - 1:  # two hard breaks with no word between: "\\" marks one
+            lines[i] = line + "\\"
+        elif start := _BLOCK_START.match(rest):
+            mark = at + len(start.group()) - len(start.group().lstrip(" \t"))
+            mark += len(re.match(r"\d*", line[mark:]).group())  # type: ignore[union-attr]  # "1." -> "1\."
+            lines[i] = line[:mark] + "\\" + line[mark:]
+    return "\n".join(lines)
 
 
 def translate(src: Path, dst: Path, translate_paragraphs: TranslateParagraphs) -> int:
@@ -114,6 +142,8 @@ def find_inlines(text: str) -> list[_Inline]:
         positions = _positions(token.content, token.map[0], lines, starts, cells)
         inline = _runs(token, text, positions) if positions else None
         if inline is not None:
+            inline.source = text[inline.start:inline.end]
+            inline.paragraph = parent.type == "paragraph_open" or parent.markup in ("=", "-")  # setext heading
             out.append(inline)
     return out
 
@@ -174,6 +204,8 @@ def _runs(token: Token, text: str, positions: list[int]) -> _Inline | None:
             words = kind in ("text", "text_special", "softbreak")
             run_text = "\n" if kind == "softbreak" else child.content if words else raw
             bits.append(Bit("text" if words else "atom", raw, run_text, tuple(h for h, _ in stack)))
+            if kind == "hardbreak":  # the words on either side are two words: a space for the model, written as ""
+                bits.append(Bit("text", "", " ", tuple(h for h, _ in stack)))
     for bit in atoms.glue_separators(bits):  # an atom takes the punctuation written against it
         inline.runs.append(Run(bit.text if bit.kind == "text" else bit.raw, bit.group, atom=bit.kind == "atom"))
         inline.raws.append(bit.raw)

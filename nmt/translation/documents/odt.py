@@ -32,6 +32,7 @@ from nmt.translation.documents.safezip import open_zip, removed_on_error
 TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
 OFFICE = "urn:oasis:names:tc:opendocument:xmlns:office:1.0"
 CONTAINERS = frozenset({"span", "a"})
+SPACES = frozenset({"line-break", "tab", "s"})  # atoms seen as whitespace: the words around them are two words
 STYLE_NAME = f"{{{TEXT}}}style-name"
 NAMED_CODE = dict.fromkeys(CODE_STYLES, BY_NAME)  # without a document's styles: the code styles by name
 
@@ -61,7 +62,8 @@ class OdfParagraph:
                 self._scan(child, path + (handle,))
             else:
                 self._atoms[len(self._runs)] = child
-                self._runs.append(Run(ATOM_TEXT, path, atom=True))
+                seen_as_space = isinstance(child.tag, str) and local(child) in SPACES
+                self._runs.append(Run(ATOM_TEXT, path, atom=True, space=seen_as_space))
             self._text(child.tail, path)
 
     def code_spans(self) -> list[etree._Element]:

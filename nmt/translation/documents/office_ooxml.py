@@ -23,7 +23,8 @@ from nmt import workbudget
 from nmt.translation.documents.inline import Paragraph, Piece, Run
 from nmt.translation.documents.ooxml_marks import Language, Marks
 from nmt.translation.documents.ooxml_paragraph import ATOM_TEXT, Dialect, OoxmlParagraph, local
-from nmt.translation.documents.safezip import open_zip, removed_on_error
+from nmt.translation.documents.opc import open_package, related
+from nmt.translation.documents.safezip import removed_on_error
 
 __all__ = ["ATOM_TEXT", "CHUNK", "Dialect", "OoxmlParagraph", "Parts", "TranslateParagraphs", "local",
            "translatable", "translate_elements", "translate_package"]
@@ -68,11 +69,15 @@ def translate_elements(elements: list[etree._Element], make: Callable[[etree._El
 @dataclass(frozen=True)
 class Parts:
     """Which parts of a package are translated, and how: `names` in vocabulary `dialect` (their a:p / w:p), or, with
-    `plain`, that element's whole text (a legacy pptx comment's p:text, which holds no runs)."""
+    `plain`, that element's whole text (a legacy pptx comment's p:text, which holds no runs). With `main`, also the
+    main part wherever `_rels/.rels` puts it, and the parts its relationships of types `related` point to (a header
+    named otherwise than Word names it): nmt.translation.documents.opc."""
 
     names: re.Pattern[str]
     dialect: Dialect
     plain: str | None = None
+    main: bool = False
+    related: frozenset[str] = frozenset()
 
 
 class PlainText:
@@ -88,15 +93,16 @@ class PlainText:
 
 def translate_package(src: Path, dst: Path, kind: str, required: str, rules: Sequence[Parts],
                       translate_paragraphs: TranslateParagraphs, languages: tuple[str, str] | None = None) -> int:
-    """A docx or pptx `src` (`kind`, its main part `required`) translated into `dst`: the paragraphs of every part
-    a rule names, one part at a time as the output is written; the number of paragraphs translated. `languages`:
-    the model's (source, target), for the language marks of translated runs (nmt.translation.documents.ooxml_marks)."""
+    """A docx or pptx `src` (`kind`, its main part `required` unless `_rels/.rels` says otherwise) translated into
+    `dst`: the paragraphs of every part a rule names, one part at a time as the output is written; the number of
+    paragraphs translated. `languages`: the model's (source, target), for the language marks of translated runs
+    (nmt.translation.documents.ooxml_marks)."""
     count = 0
     language = Language.of(languages)
 
     def translated(name: str) -> bytes | None:
         nonlocal count
-        rule = next((r for r in rules if r.names.fullmatch(name)), None)
+        rule = next((r for r, more in zip(rules, named) if r.names.fullmatch(name) or name in more), None)
         if rule is None:
             return None
         part = box.part(name)
@@ -114,7 +120,8 @@ def translate_package(src: Path, dst: Path, kind: str, required: str, rules: Seq
                     copy.deepcopy(c) for c in choice if local(c) != "pPr"]
         return part.serialize()
 
-    with removed_on_error(dst), open_zip(src, kind, required) as box:
+    with removed_on_error(dst), open_package(src, kind, required) as (box, main):
+        named = [related(box, main, r.related) | {main} if r.main else set() for r in rules]
         box.write(dst, translated)
     return count
 

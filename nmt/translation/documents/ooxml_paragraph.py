@@ -213,7 +213,7 @@ class OoxmlParagraph:
             elif key is not None:
                 self._rpr.setdefault((), source.rpr)
             previous = (outer, key)
-            runs.append(Run(text, path, atom))
+            runs.append(Run(text, path, atom, atom and source.shows in ("\t", "\n")))  # a tab, a break: a space
         return runs
 
     def _groups(self, runs: list[Run]) -> list[object]:

@@ -22,6 +22,7 @@ class Run:
     text: str
     path: Path = ()
     atom: bool = False
+    space: bool = False  # an atom a reader sees as whitespace (a line break, a tab): the words around it are two words
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,4 @@ class Sentence:
     around: dict[int, tuple[bool, bool]]  # atoms' items: whitespace before, after
     # atoms' items: a letter or digit just after it in the source ("`div`s"): only then may a target word touch it
     glued_after: frozenset[int] = frozenset()
+    spaces: frozenset[int] = frozenset()  # atoms' items seen as whitespace (a break, a tab): the space between words

@@ -163,7 +163,7 @@ class Placement:
                     out.append(Piece(" ", node.path))
                 out += kept
                 previous = unit if kept else previous
-            if glued:
+            if glued and not (units[-1][0] == "atom" and units[-1][1] in self.s.spaces):  # a break is the space
                 out.append(Piece(self.seps[j], node.path))
             if j >= hi:
                 frames.pop()

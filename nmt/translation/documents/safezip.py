@@ -159,8 +159,9 @@ def _most(info: zipfile.ZipInfo) -> int:
 
 
 @contextlib.contextmanager
-def open_zip(src: Path, kind: str, required: str) -> Iterator[SafeZip]:
-    """`src` checked as a zip container of `kind` (magic bytes first) holding the member `required`."""
+def open_zip(src: Path, kind: str, required: str | None) -> Iterator[SafeZip]:
+    """`src` checked as a zip container of `kind` (magic bytes first) holding the member `required` (None: its
+    caller finds the main part, nmt.translation.documents.opc)."""
     src = Path(src)
     try:
         with open(src, "rb") as f:
@@ -175,7 +176,7 @@ def open_zip(src: Path, kind: str, required: str) -> Iterator[SafeZip]:
         raise NmtError(f"{src.name}: {what}, so not {_a(kind)} file (wrong extension?)")
     box = SafeZip(src, kind)
     try:
-        if required not in box.names():
+        if required is not None and required not in box.names():
             raise box.error(f"not {_a(kind)} file: no {required}")
         yield box
     finally:

@@ -130,6 +130,20 @@ def test_smart_tags_content_controls_and_simple_fields_are_text_in_their_contain
     assert not re.search(r"[a-z]", text(p))  # nothing left in the source language
 
 
+def test_bidi_embeddings_and_overrides_are_text_in_their_container(tmp_path: Path) -> None:
+    # Word 2010 wraps right-to-left runs in w:dir (embedding) or w:bdo (override): POI's stress011.docx, in Arabic
+    rtl = r("The king of Egypt", "<w:rtl/>")
+    src = build(tmp_path, f'<w:dir w:val="rtl">{rtl}</w:dir>' + r(" died."),
+                f'<w:bdo w:val="rtl">{r("The children read aloud.")}</w:bdo>')
+    assert sent(src) == ["a plain paragraph", "The king of Egypt died.", "The children read aloud."]
+    first, second = translated(src)
+    (embedding,) = first.iter(W + "dir")
+    assert embedding.get(W + "val") == "rtl" and text(embedding) == "EGYPT OF KING THE"
+    (override,) = second.iter(W + "bdo")
+    assert override.get(W + "val") == "rtl" and text(override) == "ALOUD. READ CHILDREN THE"
+    assert not re.search(r"[a-z]", text(first) + text(second))  # nothing left in the source language
+
+
 def test_a_complex_field_result_is_translated_and_its_instruction_kept(tmp_path: Path) -> None:
     field = ('<w:r><w:fldChar w:fldCharType="begin"/></w:r><w:r><w:instrText xml:space="preserve"> SAVEDATE \\@ '
              '"MMMM d" </w:instrText></w:r><w:r><w:fldChar w:fldCharType="separate"/></w:r>' + r("May first")

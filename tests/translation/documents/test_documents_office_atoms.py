@@ -139,3 +139,34 @@ def test_odt_inline_code_is_kept_with_its_separators() -> None:
     odf.write(reverse_upper([odf.paragraph])[0])
     written = etree.tostring(p, encoding="unicode")
     assert f'{code.format("ls -l")}, {code.format("cd")}' in written and ">RED<" in written
+
+
+def test_a_tab_or_a_line_break_keeps_the_words_around_it_apart(tmp_path: Path) -> None:
+    # "Chapter 1<tab>Introduction", a title and subtitle split by a manual line break: the model was sent
+    # "Chapter 1Introduction" (Word, PowerPoint and ODT alike) and wrote one word for two
+    sent, (p,) = translated(tmp_path, '<w:r><w:t>Chapter one</w:t><w:tab/><w:t>The red car</w:t><w:br/>'
+                            '<w:t>is here.</w:t></w:r>', translate=upper)
+    assert sent == ["Chapter one The red car is here."]
+    assert [local.tag.split("}")[1] for r in p.iter(W + "r") for local in r if local.tag != W + "rPr"] == [
+        "t", "tab", "t", "br", "t"]
+    assert [t.text for t in p.iter(W + "t")] == ["CHAPTER ONE", "THE RED CAR", "IS HERE."]  # no space added
+
+
+def test_a_pptx_or_odt_line_break_keeps_the_words_around_it_apart() -> None:
+    from nmt.translation.documents.ooxml_paragraph import OoxmlParagraph
+    from nmt.translation.documents.pptx import A
+
+    a = "http://schemas.openxmlformats.org/drawingml/2006/main"
+    slide = etree.fromstring(f'<a:p xmlns:a="{a}"><a:r><a:t>Annual meeting</a:t></a:r><a:br/><a:r><a:t>the red car'
+                             '</a:t></a:r></a:p>')
+    pptx_paragraph = OoxmlParagraph(slide, A)
+    assert pptx_paragraph.paragraph.texts == ["Annual meeting the red car"]
+    pptx_paragraph.write(upper([pptx_paragraph.paragraph])[0])
+    assert [t.text for t in slide.iter(f"{{{a}}}t")] == ["ANNUAL MEETING", "THE RED CAR"]
+    text = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
+    p = etree.fromstring(f'<text:p xmlns:text="{text}">Annual meeting<text:line-break/>the red<text:tab/>car</text:p>')
+    odf = OdfParagraph(p)
+    assert odf.paragraph.texts == ["Annual meeting the red car"]
+    odf.write(upper([odf.paragraph])[0])
+    assert etree.tostring(p, encoding="unicode").endswith(">ANNUAL MEETING<text:line-break/>THE RED<text:tab/>CAR"
+                                                           "</text:p>")
