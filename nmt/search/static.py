@@ -13,10 +13,13 @@ sees `fixed_rows` and gives each sentence its rows from the start."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
-from nmt.model import Transformer
+if TYPE_CHECKING:  # search knows the model by its interface only
+    from nmt.model import Transformer
 
 
 class StaticCache:
