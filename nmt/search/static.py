@@ -13,13 +13,8 @@ sees `fixed_rows` and gives each sentence its rows from the start."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
-from torch import Tensor
-
-if TYPE_CHECKING:  # search knows the model by its interface only
-    from nmt.model import Transformer
+from torch import Tensor, nn
 
 
 class StaticCache:
@@ -58,7 +53,7 @@ class _Layer:
         return self.kv[0], self.kv[1]
 
 
-def static_step(model: Transformer, tokens: Tensor, pos: Tensor, self_kv: Tensor, cross_kv: Tensor,
+def static_step(model: nn.Module, tokens: Tensor, pos: Tensor, self_kv: Tensor, cross_kv: Tensor,
                 memory_mask: Tensor, need_attention: bool = False) -> tuple[Tensor, Tensor | None]:
     """tokens [N] at position pos -> logits [N, V] and, if asked, the cross-attention [L, N, H, S]; writes this
     position's keys/values into self_kv in place. Every shape is fixed by the arguments' (pos is a tensor)."""
@@ -74,12 +69,13 @@ def static_step(model: Transformer, tokens: Tensor, pos: Tensor, self_kv: Tensor
 
 
 class StaticDecoder:
-    """`model` as nmt.search.loop.run uses a model, decoding with static shapes; `compile`: the step through
-    torch.compile (one graph per shape of rows, source length and capacity)."""
+    """`model` (an nmt.model.Transformer: search knows it by its attributes only) as nmt.search.loop.run uses a
+    model, decoding with static shapes; `compile`: the step through torch.compile (one graph per shape of rows,
+    source length and capacity)."""
 
     fixed_rows = True
 
-    def __init__(self, model: Transformer, compile: bool = False):
+    def __init__(self, model: nn.Module, compile: bool = False):
         self.model, self.max_positions = model, model.max_positions
         self.step_fn = torch.compile(static_step, dynamic=False) if compile else static_step
 
