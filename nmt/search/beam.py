@@ -88,9 +88,10 @@ def _beam_step(t: int, sentence: Tensor, top: Candidates, ending: Tensor, contin
 
 class Beam:
     def __init__(self, src: Tensor, limit: Tensor, settings: SearchSettings, eos: int, pad: int,
-                 trace: Callable[[BeamStep], None] | None = None):
+                 trace: Callable[[BeamStep], None] | None = None, fixed_rows: bool = False):
         B, device, s = src.size(0), src.device, settings
         self.settings, self.eos, self.trace, self.K = settings, eos, trace, settings.beam
+        self.fixed_rows = fixed_rows  # nmt.search.static: every beam from step 0, done sentences never leave
         self.poll_every = 1 if trace is not None else s.poll_interval(device)  # a trace shows each step's leavers
         self.sentence = torch.arange(B, device=device)  # the sentence of each group in the batch
         self.limit = self.row_limit = limit  # each group's length limit, and each row's
@@ -99,10 +100,19 @@ class Beam:
         self.finished = Finished(B, self.K, s.length_penalty, s.length_penalty_type, device)
         self.history = History()
         self.src_len = src.ne(pad).sum(dim=1)
+        if fixed_rows:  # beams 1.. start at -inf: step 0 expands beam 0 alone, as it does with one row
+            self.scores = torch.zeros(B, self.K, device=device).index_fill_(1, torch.arange(1, self.K, device=device),
+                                                                            float("-inf")).flatten()
+            self.row_limit = limit[:, None].expand(-1, self.K).flatten()
+
+    @property
+    def start_rows(self) -> int:
+        """Rows per sentence at step 0."""
+        return self.beams(0)
 
     def beams(self, t: int) -> int:
         """Rows per sentence at step t."""
-        return 1 if t == 0 else self.K
+        return 1 if t == 0 and not self.fixed_rows else self.K
 
     def at_limit(self, t: int) -> Tensor:
         return self.row_limit.le(t)
@@ -129,12 +139,15 @@ class Beam:
         self.scores = top.scores.gather(1, continuing).masked_fill(done[:, None], float("-inf")).flatten()
         self.history.add(tokens, top_rows.gather(1, continuing).flatten(), step_attn)
         self.done = done
-        if t == 0:
+        if t == 0 and not self.fixed_rows:
             self.row_limit = self.limit[:, None].expand(-1, K).flatten()
         return Move(tokens, parents=top.parents.gather(1, continuing))
 
     def poll(self, move: Move) -> Move | None:
-        """The one host wait: the sentences whose search has ended leave the batch. None: every one has."""
+        """The one host wait: the sentences whose search has ended leave the batch (with fixed rows they stay,
+        masked). None: every one has ended."""
+        if self.fixed_rows:
+            return None if bool(self.done.all()) else move
         searching = (~self.done).nonzero().squeeze(1)
         if searching.numel() == self.done.numel():
             return move

@@ -17,8 +17,12 @@ from nmt.search.settings import SearchSettings
 
 
 class Greedy:
-    def __init__(self, src: Tensor, limit: Tensor, settings: SearchSettings, eos: int, pad: int):
+    start_rows = 1  # rows per sentence at step 0
+
+    def __init__(self, src: Tensor, limit: Tensor, settings: SearchSettings, eos: int, pad: int,
+                 fixed_rows: bool = False):
         B, device = src.size(0), src.device
+        self.fixed_rows = fixed_rows  # nmt.search.static: a row that wrote EOS stays to the end, masked
         self.settings, self.limit, self.eos, self.src_len = settings, limit, eos, src.ne(pad).sum(dim=1)
         self.poll_every = settings.poll_interval(device)
         self.sentence = torch.arange(B, device=device)  # the sentence of each row in the batch
@@ -41,7 +45,10 @@ class Greedy:
         return Move(tokens)
 
     def poll(self, move: Move) -> Move | None:
-        """The one host wait: the rows that have written EOS leave the batch. None: every one has."""
+        """The one host wait: the rows that have written EOS leave the batch (with fixed rows they stay). None: every
+        one has."""
+        if self.fixed_rows:
+            return None if bool(self.ended.all()) else move
         searching = (~self.ended).nonzero().squeeze(1)
         if searching.numel() == self.ended.numel():
             return move

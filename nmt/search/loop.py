@@ -43,9 +43,13 @@ def run(model, src: Tensor, settings: SearchSettings, special: Any, *, constrain
     limit = max_lengths(model, src, special.pad, settings.max_len_a, settings.max_len_b)
     T = int(limit.max())
     memory, src_pad_mask = model.encode(src)
-    cache = model.init_cache(memory, src_pad_mask, T + 1)
-    strategy = _strategy(src, limit, settings, special, constraints, trace)
-    tokens = src.new_full((src.size(0),), special.bos)
+    fixed = getattr(model, "fixed_rows", False)  # nmt.search.static: every row from step 0 to the end
+    strategy = _strategy(src, limit, settings, special, constraints, trace, fixed)
+    if fixed:
+        cache = model.init_cache(memory, src_pad_mask, T + 1, rows=strategy.start_rows)
+    else:
+        cache = model.init_cache(memory, src_pad_mask, T + 1)
+    tokens = src.new_full((src.size(0) * (strategy.start_rows if fixed else 1),), special.bos)
     first_limit = int(limit.min())  # before this step no row is at its limit: no per-step check
     every = strategy.poll_every
     for t in range(T + 1):
@@ -72,13 +76,15 @@ def step(model, strategy: Any, cache: Any, tokens: Tensor, t: int, first_limit: 
 
 
 def _strategy(src: Tensor, limit: Tensor, settings: SearchSettings, special: Any, constraints: Terms | None,
-              trace: Callable[[BeamStep], None] | None) -> Any:
+              trace: Callable[[BeamStep], None] | None, fixed_rows: bool = False) -> Any:
+    if fixed_rows and (constraints is not None or settings.sampling):
+        raise ValueError("static shapes (nmt.search.static) serve greedy and beam search only")
     if constraints is not None:
         return Constrained(src, limit, settings, special.eos, constraints)
     if trace is not None:
-        return Beam(src, limit, settings, special.eos, special.pad, trace)
+        return Beam(src, limit, settings, special.eos, special.pad, trace, fixed_rows)
     if settings.sampling:
         return Sample(src, limit, settings, special.eos, special.pad)
     if settings.beam == 1:
-        return Greedy(src, limit, settings, special.eos, special.pad)
-    return Beam(src, limit, settings, special.eos, special.pad)
+        return Greedy(src, limit, settings, special.eos, special.pad, fixed_rows)
+    return Beam(src, limit, settings, special.eos, special.pad, fixed_rows=fixed_rows)

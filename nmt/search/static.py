@@ -1,0 +1,102 @@
+"""Decoding with static shapes (issue 45, item 2): the same decoder layers over a cache whose shapes never change
+during a search, so that one step function, eager or compiled (`torch.compile`, a CUDA graph), serves every step.
+
+- Rows are fixed: a sentence has `rows` rows from the first step on (beam search: its beams, all but the first
+  starting at -inf so that step 0 expands the first one only), and a finished sentence's rows stay, masked, to the
+  end of the search (the strategies' `fixed_rows`): nothing is removed, so nothing changes shape.
+- The cache holds every position up to its capacity: keys/values [L, 2, N, H, T, Dh], written at the step's position,
+  a 0-d tensor on the device (`pos`), the positions after it masked out of self-attention.
+- A beam reorder copies the rows' keys/values (an index_select), where nmt.cache.DecoderCache rewrites a small index.
+
+`StaticDecoder(model)` is a model for nmt.search.loop.run (encode, init_cache, decode_step, max_positions): the loop
+sees `fixed_rows` and gives each sentence its rows from the start."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class StaticCache:
+    """Keys/values of N rows (`rows` per sentence) at T positions, and the source's, one copy per row.
+
+    self_kv:     [L, 2, N, H, T, Dh] every position's keys/values (zeros where not yet written).
+    cross_kv:    [L, 2, N, H, S, Dh] the source's, computed once (`StaticDecoder.init_cache`).
+    memory_mask: [N, 1, 1, S] True where the source token is real.
+    pos:         0-d long tensor: the position of the next token (the device's step counter).
+    step:        the same count on the host (nothing reads it back from the device)."""
+
+    def __init__(self, self_kv: Tensor, cross_kv: Tensor, memory_mask: Tensor):
+        self.self_kv, self.cross_kv, self.memory_mask = self_kv, cross_kv, memory_mask
+        self.pos = torch.zeros((), dtype=torch.long, device=self_kv.device)
+        self.step = 0
+
+    def reorder(self, keep: Tensor | None, parents: Tensor) -> None:
+        """Row q of sentence b continues row parents[b, q] of the same sentence (no sentence leaves: `keep` None)."""
+        if keep is not None:
+            raise ValueError("a static cache keeps every sentence's rows to the end of the search")
+        B, rows = parents.shape
+        index = (parents + torch.arange(B, device=parents.device)[:, None] * rows).flatten()
+        self.self_kv = self.self_kv.index_select(2, index.to(self.self_kv.device))
+
+
+class _Layer:
+    """What DecoderLayer reads at a step (nmt.cache.LayerCache's interface) over a StaticCache's tensors."""
+
+    def __init__(self, self_kv: Tensor, memory_kv: Tensor, pos: Tensor, self_mask: Tensor):
+        self.kv, self.memory_kv, self.pos, self.self_mask = self_kv, memory_kv, pos, self_mask
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """k, v [N, H, 1, Dh] written at position pos; all T positions' returned, [N, H, T, Dh] each."""
+        self.kv[0].index_copy_(2, self.pos[None], k)
+        self.kv[1].index_copy_(2, self.pos[None], v)
+        return self.kv[0], self.kv[1]
+
+
+def static_step(model: nn.Module, tokens: Tensor, pos: Tensor, self_kv: Tensor, cross_kv: Tensor,
+                memory_mask: Tensor, need_attention: bool = False) -> tuple[Tensor, Tensor | None]:
+    """tokens [N] at position pos -> logits [N, V] and, if asked, the cross-attention [L, N, H, S]; writes this
+    position's keys/values into self_kv in place. Every shape is fixed by the arguments' (pos is a tensor)."""
+    x = model.tgt_embed(tokens)[:, None] * model.embed_scale + model.positions.index_select(0, pos[None])  # [N, 1, D]
+    self_mask = (torch.arange(self_kv.size(4), device=pos.device) <= pos)[None, None, None, :]  # [1, 1, 1, T]
+    weights = []
+    for i, layer in enumerate(model.decoder_layers):
+        view = _Layer(self_kv[i], cross_kv[i], pos, self_mask)
+        x, w = layer(x, None, memory_mask, cache=view, need_weights=need_attention)  # w [N, H, 1, S]
+        weights.append(w)
+    logits = model.output(model.decoder_norm(x[:, 0]))  # [N, V]
+    return logits, torch.stack(weights)[:, :, :, 0] if need_attention else None
+
+
+class StaticDecoder:
+    """`model` (an nmt.model.Transformer: search knows it by its attributes only) as nmt.search.loop.run uses a
+    model, decoding with static shapes; `compile`: the step through torch.compile (one graph per shape of rows,
+    source length and capacity)."""
+
+    fixed_rows = True
+
+    def __init__(self, model: nn.Module, compile: bool = False):
+        self.model, self.max_positions = model, model.max_positions
+        self.step_fn = torch.compile(static_step, dynamic=False) if compile else static_step
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        return self.model.encode(src)
+
+    def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int, rows: int = 1) -> StaticCache:
+        """The cache for `rows` rows per sentence of memory [B, S, D], room for max_len positions."""
+        layers = self.model.decoder_layers
+        cross_kv = torch.stack([torch.stack(layer.cross_attn.memory_kv(memory)) for layer in layers])
+        cross_kv = cross_kv.repeat_interleave(rows, dim=2)  # [L, 2, N, H, S, Dh]
+        L, _, N, H, _, Dh = cross_kv.shape
+        mask = (~src_pad_mask[:, None, None, :]).repeat_interleave(rows, dim=0)  # [N, 1, 1, S]
+        return StaticCache(cross_kv.new_zeros(L, 2, N, H, max_len, Dh), cross_kv, mask)
+
+    def decode_step(self, tokens: Tensor, cache: StaticCache, need_attention: bool = False
+                    ) -> tuple[Tensor, Tensor | None]:
+        if cache.step >= cache.self_kv.size(4):
+            raise ValueError(f"a static cache of {cache.self_kv.size(4)} positions is full")
+        logits, attention = self.step_fn(self.model, tokens, cache.pos, cache.self_kv, cache.cross_kv,
+                                         cache.memory_mask, need_attention)
+        cache.pos += 1
+        cache.step += 1
+        return logits, attention

@@ -1,0 +1,79 @@
+"""Decoding with static shapes (nmt.search.static): the same hypotheses as nmt's own decoding (nmt.cache's growing,
+shrinking cache), for greedy and beam search, n-best and attention, on an untrained model and on the committed demo
+model; its step's shapes never change within a search; what it cannot serve is refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nmt import search
+from nmt.search import SearchSettings
+from nmt.search.static import StaticDecoder, static_step
+from nmt.translation.translator import ModelOptions, Translator
+from tests.helpers.paths import DEMO_MODEL
+from tests.helpers.tables import IDS, random_inputs, random_model
+
+
+def searched(model, src: torch.Tensor, **settings) -> list[list]:
+    return search.run(model, src, SearchSettings(**settings), IDS)
+
+
+def assert_same(got: list[list], want: list[list]) -> None:
+    """The same tokens; scores within float32 rounding (rows are multiplied in batches of other sizes)."""
+    assert [[h.tokens for h in hyps] for hyps in got] == [[h.tokens for h in hyps] for hyps in want]
+    for g, w in zip(sum(got, []), sum(want, []), strict=True):
+        assert (g.score, g.logprob) == pytest.approx((w.score, w.logprob), rel=1e-5, abs=1e-5)
+        assert (g.attention is None) == (w.attention is None)
+        if g.attention is not None:
+            torch.testing.assert_close(g.attention, w.attention, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("settings", [
+    dict(beam=1),
+    dict(beam=4),
+    dict(beam=4, nbest=4, length_penalty=1.0),
+    dict(beam=3, need_attention=True),
+    dict(beam=2, poll_every=3, max_len_a=0.0, max_len_b=5),
+])
+def test_static_shapes_find_the_same_hypotheses(settings):
+    model, src = random_model(), random_inputs(6)
+    with torch.inference_mode():
+        assert_same(searched(StaticDecoder(model), src, **settings), searched(model, src, **settings))
+
+
+def test_the_demo_model_translates_the_same_with_static_shapes():
+    translator = Translator.load(DEMO_MODEL, None, ModelOptions(threads=1, config_given=False))
+    lines = ["A man is riding a bicycle.", "Two dogs play in the snow near a small red house.", "Hello!",
+             "The children are eating ice cream on the beach while their parents read."]
+    for beam in (1, 4):
+        decode = translator.decode_with(beam=beam, nbest=beam)
+        want = translator.translate_chunk(lines, decode=decode)
+        model, translator.model = translator.model, StaticDecoder(translator.model)
+        try:
+            got = translator.translate_chunk(lines, decode=decode)
+        finally:
+            translator.model = model
+        assert [t.text for t in got] == [t.text for t in want]
+        assert_same([t.hypotheses for t in got], [t.hypotheses for t in want])
+
+
+def test_every_step_has_the_same_shapes():
+    model, src = random_model(), random_inputs(5)
+    shapes = set()
+
+    def recording(*args, **kwargs):
+        shapes.add(tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor)))
+        return static_step(*args, **kwargs)
+
+    decoder = StaticDecoder(model)
+    decoder.step_fn = recording
+    with torch.inference_mode():
+        searched(decoder, src, beam=4, max_len_a=0.0, max_len_b=7)
+    assert len(shapes) == 1  # tokens, pos, keys/values, source keys/values, mask: one shape each, every step
+
+
+def test_constrained_and_sampled_search_are_refused():
+    model, src = random_model(), random_inputs(2)
+    with torch.inference_mode(), pytest.raises(ValueError, match="greedy and beam"):
+        searched(StaticDecoder(model), src, beam=2, sampling=True)
