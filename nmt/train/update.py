@@ -46,8 +46,13 @@ def piece_backward(loss_of: Callable[[], tuple[Tensor, Tensor]], scaler: torch.a
 
 
 def gradient_norm(params: Iterable[nn.Parameter], clip_norm: float) -> Tensor:
-    """The total 2-norm of the gradients, on the device, clipped to `clip_norm` when it is > 0."""
-    return torch.nn.utils.clip_grad_norm_(params, clip_norm if clip_norm > 0 else math.inf)
+    """The total 2-norm of the gradients, on the device, clipped to `clip_norm` when it is > 0. With 0 the norm
+    is only measured (it is logged and checked for finiteness): the gradients are left as they are rather than
+    multiplied by 1.0."""
+    with_grads = [p for p in params if p.grad is not None]
+    if clip_norm > 0:
+        return torch.nn.utils.clip_grad_norm_(with_grads, clip_norm)
+    return torch.nn.utils.get_total_norm([p.grad for p in with_grads])
 
 
 def finish_update(params: Iterable[nn.Parameter], optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
