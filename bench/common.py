@@ -27,7 +27,7 @@ import nmt  # noqa: E402, F401  (before torch: it sets OpenMP's wait policy as `
 import torch  # noqa: E402
 # isort: on
 
-from nmt.config.experiment import ModelConfig, load_config  # noqa: E402
+from nmt.config.experiment import Config, ModelConfig, load_config  # noqa: E402
 from nmt.device import keep_freed_memory  # noqa: E402
 from nmt.model import Transformer  # noqa: E402
 from nmt.tokenizer import NMT_IDS  # noqa: E402
@@ -39,12 +39,17 @@ keep_freed_memory()
 PAD, UNK, BOS, EOS = NMT_IDS.pad, NMT_IDS.unk, NMT_IDS.bos, NMT_IDS.eos
 
 
-def model_config(name: str) -> ModelConfig:
-    """The `model:` section of configs/<name>.yaml (or of a path to a YAML file)."""
+def experiment(name: str) -> Config:
+    """configs/<name>.yaml (or a path to a YAML file)."""
     path = Path(name)
     if not path.suffix:
         path = ROOT / "configs" / f"{name}.yaml"
-    return load_config(path).model
+    return load_config(path)
+
+
+def model_config(name: str) -> ModelConfig:
+    """The `model:` section of configs/<name>.yaml (or of a path to a YAML file)."""
+    return experiment(name).model
 
 
 def ours(cfg: ModelConfig, vocab: int, seed: int = 0) -> Transformer:

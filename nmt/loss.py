@@ -112,7 +112,8 @@ def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float, bias:
     nll = rows.new_zeros((), dtype=torch.float32)
     grad_rows = torch.empty(rows.shape, dtype=torch.float32, device=rows.device) if with_grad else None
     grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=rows.device) if with_grad else None
-    low = LowPrecisionGradWeight(rows, vocab, step) if with_grad and rows.dtype != torch.float32 else None
+    gather = with_grad and rows.dtype != torch.float32 and gathers_products(rows.device)
+    low = LowPrecisionGradWeight(rows, vocab, step) if gather else None
     for start in range(0, rows.size(0), step):
         h, label = rows[start:start + step], labels[start:start + step]
         h32 = h.float()  # the same tensor when h is fp32
@@ -132,14 +133,30 @@ def _chunked(rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float, bias:
             e = e.to(h.dtype) if low is None else low.add(e, h32 * inv_s, grad_weight)
             e_w = fast_linear(e, weight.t(), None).float()  # e @ W
             grad_rows[start:start + step] = e_w * inv_s - keep * weight[label].float() - spread * mean_row
-            if low is None:  # MKL, not fast_linear: oneDNN is slower at this [V, n] x [n, D] shape
-                grad_weight.addmm_(e.t(), h32 * inv_s)
+            if low is None:
+                add_product(grad_weight, e, h32 * inv_s)
             grad_weight.index_add_(0, label, h32, alpha=-keep)
     if low is not None:
         low.flush_into(grad_weight)
     if with_grad:
         grad_weight -= (spread / vocab) * rows.float().sum(dim=0)
     return loss, nll, grad_rows, grad_weight
+
+
+def add_product(grad_weight: Tensor, e: Tensor, scaled_h: Tensor) -> None:
+    """grad_weight (fp32) += e^T scaled_h, a chunk's product made at once. In bf16/fp16 (a GPU's, where
+    `gathers_products` is false) the product is in e's dtype, cast and added: no mixed-dtype addmm."""
+    if e.dtype == torch.float32:  # MKL, not fast_linear: oneDNN is slower at this [V, n] x [n, D] shape
+        grad_weight.addmm_(e.t(), scaled_h)
+    else:
+        grad_weight += (e.t() @ scaled_h.to(e.dtype)).float()
+
+
+def gathers_products(device: torch.device) -> bool:
+    """Whether the low-precision e^T (h / s) products of several chunks are gathered into one
+    (LowPrecisionGradWeight): a CPU workaround. A GPU's chunk is already large (GPU_CHUNK_BYTES), and a copy of
+    each chunk's e into a buffer would only add memory traffic there."""
+    return device.type == "cpu"
 
 
 DW_BYTES = 16 << 20  # low precision: e rows gathered per e^T (h / s) product (each product is cast and added in fp32)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
@@ -30,9 +29,8 @@ from nmt.data.prefetch import Fetched, Prefetcher, epochs
 from nmt.device import keep_freed_memory, pick_device
 from nmt.errors import NmtError
 from nmt.log import Reporter, console
-from nmt.loss import projected_label_smoothed_loss
 from nmt.model import Transformer
-from nmt.precision import autocast, choose, not_finite_reason, prepare
+from nmt.precision import autocast, choose, prepare
 from nmt.rundir import RunDir
 from nmt.tokenizer import Tokenizer
 from nmt.train import distributed
@@ -41,6 +39,7 @@ from nmt.train.budget import TimeBudget
 from nmt.train.oom import SplitOnOOM
 from nmt.train.optim import adam, learning_rate
 from nmt.train.state import Counters, SkippedUpdate
+from nmt.train.update import finish_update, grad_scaler, piece_backward, piece_loss
 from nmt.train.validate import bleu_sample, choose_bleu_tokenize, greedy_bleu, keep_bleu_tokenize, validation_loss
 
 
@@ -115,8 +114,7 @@ class Trainer:
             self.forward = torch.compile(self.forward)
         self.optimizer = adam(list(self.model.parameters()), lr=learning_rate(1, cfg), betas=tuple(t.betas),
                               eps=t.eps, weight_decay=t.weight_decay)
-        # fairseq's initial fp16 loss scale: 2**16 (torch's) overflows for the first ~10 updates, each skipped
-        self.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**7, enabled=self.precision.grad_scaler)
+        self.scaler = grad_scaler(self.precision, self.device)
         self.report.info(f"training on {self.device} in {self.precision.describe(training=True)} (train.amp={t.amp})")
         train_lens = self.data.split_lengths("train")
         self.data.check_positions(cfg.model.max_positions)
@@ -241,30 +239,19 @@ class Trainer:
             param_group["lr"] = lr
         self.model.train()
         sums = self.oom.accumulate(group, lambda batch, last: self._backward(batch, last, total))  # [loss, nll]
-        self.scaler.unscale_(self.optimizer)
-        gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm if t.clip_norm > 0 else math.inf)
-        loss_sum, nll_sum, norm = torch.cat([self.dist.sum_(sums.double()), gnorm.double().reshape(1)]).tolist()
-        if not (math.isfinite(norm) and math.isfinite(loss_sum)):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise SkippedUpdate(not_finite_reason(self.scaler))
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum, nll_sum, norm = finish_update(self.model.parameters(), self.optimizer, self.scaler, t.clip_norm,
+                                                sums, self.dist.sum_)
         return {"loss": loss_sum / total, "nll": nll_sum / total, "lr": lr, "gnorm": norm, "tokens": total}
 
     def _backward(self, batch: Batch, last: bool, total: float) -> torch.Tensor:
         """Add one piece's gradient (its loss normalised by the update's `total` target tokens); returns its
         loss and NLL sums [2], on the device."""
         batch = batch.to(self.device)
+        loss_of = lambda: piece_loss(self.forward, self.model, batch, self.cfg.train.label_smoothing,  # noqa: E731
+                                     self.special.pad)
         # DDP all-reduces the gradients once, in the backward of the update's last piece
         with contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync():
-            with autocast(self.device, self.precision):
-                hidden = self.forward(batch.src, batch.tgt_in, project=False)
-                loss, nll = projected_label_smoothed_loss(hidden, self.model.output_weight, batch.tgt_out,
-                                                          self.cfg.train.label_smoothing, self.special.pad,
-                                                          self.model.output_bias, positions=batch.tgt_positions)
-            self.scaler.scale(loss * (self.dist.world / total)).backward()
-        return torch.stack([loss.detach(), nll.detach()])
+            return piece_backward(loss_of, self.scaler, self.dist.world / total, self.device, self.precision)
 
     # ---- validation and checkpoints
     def validate(self) -> bool:

@@ -95,3 +95,22 @@ def test_a_fixed_output_bias_is_part_of_the_logits():
                        hidden, weight, target)
     for a, b in zip(plain, fused, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_gathering_the_weight_gradients_products_is_kept_to_the_cpu(monkeypatch):
+    """LowPrecisionGradWeight is a CPU workaround: on a GPU each chunk's bf16 product is made and added at once
+    (`add_product`). That path, run here by calling the CPU a GPU, gives the gathered path's gradients."""
+    assert loss_mod.gathers_products(torch.device("cpu"))
+    assert not loss_mod.gathers_products(torch.device("cuda", 0))  # by construction: no CUDA needed to ask
+    hidden, weight, target = inputs(6)
+    monkeypatch.setattr(loss_mod, "CHUNK_BYTES", 4 * 4 * weight.size(0))  # four rows per chunk
+    monkeypatch.setattr(loss_mod, "DW_BYTES", 4 * 2 * weight.size(0))  # a product per chunk, as a GPU's chunk made
+    fn = lambda h, w, t: projected_label_smoothed_loss(h, w, t, 0.1, pad=0)  # noqa: E731
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        gathered = with_grads(fn, hidden, weight, target)
+    monkeypatch.setattr(loss_mod, "gathers_products", lambda device: device.type == "cuda")
+    monkeypatch.setattr(loss_mod.LowPrecisionGradWeight, "__init__", lambda *a: pytest.fail("gathered on a GPU"))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        direct = with_grads(fn, hidden, weight, target)
+    for a, b in zip(gathered, direct, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)  # the same products, added in another order

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as torch_dist
 
-import nmt.train.loop as train_mod
+import nmt.train.update as update_mod
 from nmt import checkpoint, kernels, precision
 from nmt.data.batching import collate, split_batch
 from nmt.data.prefetch import Prefetcher, epochs
@@ -27,14 +27,14 @@ from tests.helpers.training import tiny_config
 
 def poison_loss(monkeypatch, bad_calls):
     """The training loss is infinite on the calls numbered in `bad_calls` (1-based)."""
-    real, calls = train_mod.projected_label_smoothed_loss, {"n": 0}
+    real, calls = update_mod.projected_label_smoothed_loss, {"n": 0}
 
     def loss(*args, **kwargs):
         calls["n"] += 1
         value, nll = real(*args, **kwargs)
         return (value * float("inf"), nll) if calls["n"] in bad_calls else (value, nll)
 
-    monkeypatch.setattr(train_mod, "projected_label_smoothed_loss", loss)
+    monkeypatch.setattr(update_mod, "projected_label_smoothed_loss", loss)
 
 
 def with_cpu_scaler(monkeypatch):

@@ -24,8 +24,8 @@ import pytest
 import torch
 import yaml
 
-import nmt.train.loop as train_mod
 import nmt.train.oom
+import nmt.train.update as update_mod
 from nmt import checkpoint
 from nmt.data.prefetch import epochs
 from nmt.errors import CheckpointError, NmtError
@@ -495,7 +495,7 @@ def test_inf_logits_and_nan_gradients_are_skipped_counted_and_abort_after_k(demo
 def test_a_poisoned_training_example_is_skipped_every_epoch(demo_data, tmp_path, monkeypatch):
     """Data that makes the loss non-finite (here: whatever contains example 7) is skipped each time it comes
     round and never aborts the run, since the updates around it are fine."""
-    real = train_mod.projected_label_smoothed_loss
+    real = update_mod.projected_label_smoothed_loss
     state = {"batch": None}
     real_update = Trainer.update
 
@@ -509,7 +509,7 @@ def test_a_poisoned_training_example_is_skipped_every_epoch(demo_data, tmp_path,
         return (loss * float("inf"), nll) if hit else (loss, nll)
 
     monkeypatch.setattr(Trainer, "update", remember)
-    monkeypatch.setattr(train_mod, "projected_label_smoothed_loss", poisoned)
+    monkeypatch.setattr(update_mod, "projected_label_smoothed_loss", poisoned)
     run = tmp_path / "run"
     result = run_cli(*train_args(demo_data, run, "train.max_tokens=8192", "train.max_epochs=2",
                              "train.max_updates=100000", "train.max_bad_updates=3", "train.save_every=5"))

@@ -11,6 +11,7 @@ import torch.multiprocessing as mp
 
 import nmt.log
 import nmt.train.loop as train_mod
+import nmt.train.update as update_mod
 from nmt import checkpoint
 from nmt.config.experiment import Config, load_config
 from nmt.errors import NmtError
@@ -193,7 +194,7 @@ def test_non_finite_updates_are_skipped_then_abort(demo_data, tmp_path, monkeypa
     run = tmp_path / "run"
     train(tiny_config(demo_data, run, "train.max_updates=4", "train.save_every=4"), progress=False)
     before = (run / "last.pt").read_bytes()
-    real = train_mod.projected_label_smoothed_loss
+    real = update_mod.projected_label_smoothed_loss
     calls = {"n": 0}
 
     def one_nan(hidden, weight, target, eps, pad=0, bias=None, **kwargs):
@@ -201,7 +202,7 @@ def test_non_finite_updates_are_skipped_then_abort(demo_data, tmp_path, monkeypa
         loss, nll = real(hidden, weight, target, eps, pad, bias, **kwargs)
         return (loss * float("nan"), nll) if calls["n"] == 2 else (loss, nll)
 
-    monkeypatch.setattr(train_mod, "projected_label_smoothed_loss", one_nan)
+    monkeypatch.setattr(update_mod, "projected_label_smoothed_loss", one_nan)
     summary = train(tiny_config(demo_data, run, "train.max_updates=7", "train.save_every=100"), progress=False)
     assert summary["step"] == 7 and summary["skipped_updates"] == 1
     assert all(math.isfinite(v) for v in weights(run / "last.pt")["src_embed.weight"].flatten().tolist())
@@ -209,7 +210,7 @@ def test_non_finite_updates_are_skipped_then_abort(demo_data, tmp_path, monkeypa
     def all_nan(*args, **kwargs):
         return tuple(x * float("nan") for x in real(*args, **kwargs))
 
-    monkeypatch.setattr(train_mod, "projected_label_smoothed_loss", all_nan)
+    monkeypatch.setattr(update_mod, "projected_label_smoothed_loss", all_nan)
     before = (run / "last.pt").read_bytes()
     with pytest.raises(NmtError, match="3 non-finite updates in a row"):
         train(tiny_config(demo_data, run, "train.max_updates=20", "train.max_bad_updates=3"), progress=False)
