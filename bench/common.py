@@ -249,3 +249,22 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
     line = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+class FixedLength:
+    """A model for nmt.search.run with EOS made impossible before step `length` (at `length` beam search forces it),
+    so that every contestant does the same steps; everything else (`max_positions`, a static decoder's `fixed_rows`
+    and `init_cache(..., rows=)`) is the wrapped model's."""
+
+    def __init__(self, model, length: int, eos: int):
+        self.model, self.length, self.eos = model, length, eos
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def decode_step(self, tokens, cache, need_attention=False):
+        step = cache.step
+        logits, attention = self.model.decode_step(tokens, cache, need_attention)
+        if step < self.length:
+            logits[:, self.eos] = float("-inf")
+        return logits, attention

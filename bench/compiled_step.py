@@ -23,7 +23,7 @@ import types
 
 import common  # noqa: F401  (before torch: it imports nmt, which sets OpenMP's wait policy as `nmt` does)
 import torch
-from common import EOS, OtherLoad, interleaved, median, model_config, ours, random_batch
+from common import EOS, FixedLength, OtherLoad, interleaved, median, model_config, ours, random_batch
 
 from nmt import search
 from nmt.precision import Precision, prepare
@@ -32,23 +32,6 @@ from nmt.search.static import StaticDecoder, static_step
 from nmt.tokenizer import NMT_IDS as IDS
 
 BEAM = 4
-
-
-class NoEarlyEos:
-    """`model` with EOS impossible before step `length` (the loop forces it there): every call does the same work."""
-
-    def __init__(self, model, length: int):
-        self.model, self.length = model, length
-
-    def __getattr__(self, name):
-        return getattr(self.model, name)
-
-    def decode_step(self, tokens, cache, need_attention=False):
-        step = cache.step
-        logits, attention = self.model.decode_step(tokens, cache, need_attention)
-        if step < self.length:
-            logits[:, EOS] = float("-inf")
-        return logits, attention
 
 
 def compiled_decoder(model, cpp_wrapper: bool) -> StaticDecoder:
@@ -74,11 +57,12 @@ def measure(model, plain, batch: int, args: argparse.Namespace) -> tuple[dict[st
     for label, cpp in (("compiled", False), ("cpp", True)):
         start = time.perf_counter()
         models[label] = compiled_decoder(plain, cpp)
-        search.run(NoEarlyEos(models[label], args.length), src, settings, IDS)
+        search.run(FixedLength(models[label], args.length, EOS), src, settings, IDS)
         first_call[label] = time.perf_counter() - start
-    outputs = {k: search.run(NoEarlyEos(m, args.length), src, settings, IDS) for k, m in models.items()}
+    outputs = {k: search.run(FixedLength(m, args.length, EOS), src, settings, IDS) for k, m in models.items()}
     same = len({str([[h.tokens for h in hyps] for hyps in out]) for out in outputs.values()}) == 1
-    ways = {k: functools.partial(search.run, NoEarlyEos(m, args.length), src, settings, IDS) for k, m in models.items()}
+    ways = {k: functools.partial(search.run, FixedLength(m, args.length, EOS), src, settings, IDS)
+            for k, m in models.items()}
     times = interleaved(ways, args.rounds, progress=False, pause=0.05)
     return {k: batch * args.length / median(v) for k, v in times.items()}, first_call, same
 

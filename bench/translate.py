@@ -73,6 +73,7 @@ from common import (
     BOS,
     EOS,
     PAD,
+    FixedLength,
     Neighbour,
     OtherLoad,
     interleaved,
@@ -109,26 +110,6 @@ class Ids:
 
 
 NMT = Ids(bos=BOS, eos=EOS, pad=PAD)
-
-
-class FixedLength:
-    """Our model with EOS made impossible before step `length`; at `length` beam search forces it."""
-
-    def __init__(self, model, length: int, eos: int):
-        self.model, self.length, self.eos, self.max_positions = model, length, eos, model.max_positions
-
-    def encode(self, src):
-        return self.model.encode(src)
-
-    def init_cache(self, memory, src_pad_mask, max_len):
-        return self.model.init_cache(memory, src_pad_mask, max_len)
-
-    def decode_step(self, tokens, cache, need_attention=False):
-        step = cache.step
-        logits, attention = self.model.decode_step(tokens, cache, need_attention)
-        if step < self.length:
-            logits[:, self.eos] = float("-inf")
-        return logits, attention
 
 
 def ours_fn(model, src, length, ids: Ids, free_cores: bool = True):
