@@ -7,6 +7,7 @@ Usage (from the repository root):
     python bench/translate.py --threads 1 --clock cpu   # CPU-time clock: steadier on a busy shared machine
     python bench/translate.py --configs opus-mt --batches 32,1  # an OPUS-MT-shaped Marian model, imported
     python bench/translate.py --marian-dir DIR          # a real one (a save_pretrained directory)
+    python bench/translate.py --compile                 # ours through its compiled step (nmt translate --compile)
 
 `opus-mt` and `--marian-dir` benchmark a Marian model as `nmt import` reads it: HF loads the directory
 (`from_pretrained`), ours is the imported checkpoint (the same weights), CTranslate2 converts the directory
@@ -59,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import os
 import sys
 import tempfile
@@ -95,9 +97,11 @@ from nmt import (
 )
 from nmt.precision import Precision, prepare
 from nmt.search import SearchSettings, generated_tokens
+from nmt.search.compiled import CompiledDecoder, rows_bucket, threads_for
 from nmt.threads import FreeCores
 
 BEAM, ALPHA = 4, 0.6
+EAGER = ("eager",)  # with --compile: ours as it runs without
 DTYPES = ("fp32", "bf16", "fp16", "int8")
 CT2_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 
@@ -200,18 +204,25 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
     hf_model = hf_model.to(device=device, dtype=precision.dtype)
     if args.dtype == "int8":  # the same int8 scheme for HF (equal work)
         hf_model = kernels.to_int8(hf_model)
+    plain = copy.deepcopy(ours_model) if args.compile else None  # prepare() swaps its layers in place
     if args.mkl_linear or args.unpacked:
         ours_model = ours_model.to(precision.dtype)
         ours_model = kernels.swap_linears(ours_model) if args.unpacked else ours_model
     else:  # ours exactly as `nmt translate` runs it on this device
         ours_model = prepare(ours_model, device, precision, training=False)
+    compiled = compiled_decoder(plain, ours_model, name, args) if plain is not None else None
     if ct2 is None and use_ct2:
         print("ctranslate2 is not installed: skipping it (pip install ctranslate2)", file=sys.stderr)
     rows = []
     for batch in map(int, args.batches.split(",")):
         src = sources(batch, vocab, ids).to(device)
-        fns = {"ours": ours_fn(ours_model, src, args.length, ids, not args.fixed_threads),
+        fns = {"ours": ours_fn(compiled or ours_model, src, args.length, ids, not args.fixed_threads),
                "hf": hf_fn(hf_model, src, args.length, ids)}
+        if compiled is not None:  # ours as without --compile, for the ratio; compiled for every thread count first
+            fns["eager"] = ours_fn(ours_model, src, args.length, ids, not args.fixed_threads)
+            bucket = rows_bucket(batch * BEAM)
+            for threads in {1, args.threads}:
+                compiled.runner(bucket, threads_for(bucket, threads))
         if ct2 is not None and (ct2_run := ct2_fn(ct2, src, args.length, device, CT2_TYPES[args.dtype],
                                                   args.threads, args.clock, ids.pad, (BEAM, ALPHA))):
             fns["ct2"] = ct2_run
@@ -237,6 +248,15 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
     return rows
 
 
+def compiled_decoder(plain, eager, name: str, args):
+    """Ours through nmt.search.compiled (--compile): its packages in --compile-dir, compiled there on first use."""
+
+    if args.dtype != "fp32" or args.device != "cpu":
+        raise SystemExit("error: --compile times float32 on the CPU")
+    announce = lambda message: print(f"{name}: {message}", flush=True)  # noqa: E731
+    return CompiledDecoder(plain.eval(), Path(args.compile_dir), announce, eager=eager)
+
+
 def openmp_waiting() -> str:
     """The OpenMP wait settings this process runs with (nmt's choice, nmt.threads, unless the user set one)."""
     said = [f"{k}={os.environ[k]}" for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ]
@@ -249,9 +269,9 @@ def cells(times: dict[str, list[float]], batch: int, length: int) -> list[str]:
     sec = {k: median(v) for k, v in times.items()}
     paired = {k: median([p / o for o, p in zip(times["ours"], times[k], strict=True)]) for k in times}
     row = []
-    for k in ("ours", "hf", "ct2", "ct2-nmt"):
+    for k in ("ours", "hf", "ct2", "ct2-nmt", *EAGER[: "eager" in sec]):
         row += [f"{batch * length / sec[k]:,.0f}", f"{batch / sec[k]:,.1f}"] if k in sec else ["-", "-"]
-    peers = ("hf", "ct2", "ct2-nmt")
+    peers = ("hf", "ct2", "ct2-nmt", *EAGER[: "eager" in sec])
     return row + [f"{sec[k] / sec['ours']:.2f} ({paired[k]:.2f})" if k in sec else "-" for k in peers]
 
 
@@ -285,6 +305,11 @@ def main() -> None:
     p.add_argument("--busy", action="store_true",
                    help="also time every cell beside one busy-loop process (a second row, 'busy'): what a shared "
                         "machine leaves of each contestant's speed")
+    p.add_argument("--compile", action="store_true",
+                   help="fp32 on CPU: ours through its compiled decoder step (nmt translate --compile), with ours "
+                        "as without it beside (eager); packages compiled on first use into --compile-dir")
+    p.add_argument("--compile-dir", default=str(Path.home() / ".cache" / "nmt" / "bench-compiled"),
+                   help="where --compile keeps its packages (a second run loads them)")
     p.add_argument("--as-gpu", action="store_true", help=argparse.SUPPRESS)  # the GPU path on CPU: tests its logic
     args = p.parse_args()
     device = device_from(args.device)
@@ -304,7 +329,8 @@ def main() -> None:
           "ratio = ours speed / peer speed (in brackets: median of per-round ratios)")
     header = ["config", "batch", "machine", "others' CPU", "ours tok/s", "ours sent/s", "hf tok/s", "hf sent/s",
               "ct2 tok/s", "ct2 sent/s",
-              "ct2-nmt tok/s", "ct2-nmt sent/s", "ours/hf", "ours/ct2", "ours/ct2-nmt"]
+              "ct2-nmt tok/s", "ct2-nmt sent/s", *(["eager tok/s", "eager sent/s"] if args.compile else []),
+              "ours/hf", "ours/ct2", "ours/ct2-nmt", *(["ours/eager"] if args.compile else [])]
     if args.floor and args.dtype != "int8":
         header += ["gemm share", "ceiling vs hf"]
     print(table(header, rows))

@@ -39,6 +39,12 @@ DtypeOpt = Annotated[str, typer.Option(
          "else fp16; on a CPU bf16 for models of d_model >= 256 where native (AVX512-BF16 or AMX), else fp32.")]
 QuantizeOpt = Annotated[str | None, typer.Option(
     help="'int8': dynamic int8 quantization of Linear layers (CPU speed-up).")]
+CompileOpt = Annotated[bool, typer.Option(
+    "--compile", help="CPU, float32: greedy and beam search through a compiled decoder step (AOTInductor), several "
+                      "times faster at small batches. The first use of each row count compiles it (about a minute on "
+                      "two cores) and saves it beside the checkpoint (CHECKPOINT.compiled/), so later runs only load "
+                      "it. Searches that need attention (--alignment, --attention, glossaries) or sample run as "
+                      "without it.")]
 
 
 def print_error(message: str) -> None:

@@ -11,6 +11,7 @@ import typer
 
 from nmt.cli import tools  # noqa: F401  (registers the commands around a trained model)
 from nmt.cli.common import (
+    CompileOpt,
     ConfigOpt,
     DeviceOpt,
     DtypeOpt,
@@ -146,6 +147,7 @@ def translate(
     threads: Annotated[int, typer.Option(
         help="CPU threads at most (0 = one per core); each batch runs on the cores other programs leave free.")] = 0,
     quantize: QuantizeOpt = None,
+    compile: CompileOpt = False,
     attention: Annotated[Path | None, typer.Option(
         help="Save a cross-attention heatmap PNG per sentence into this dir (needs nmt\\[plot]).")] = None,
     attention_layer: Annotated[int, typer.Option(
@@ -173,7 +175,7 @@ def translate(
     changes = {"beam": beam, "nbest": nbest, "length_penalty": length_penalty, "max_tokens": max_tokens,
                "prefix": f">>{target_lang}<<" if target_lang else None}
     opts = TranslateOptions(
-        checkpoint=checkpoint, device=device, dtype=dtype, threads=threads, quantize=quantize,
+        checkpoint=checkpoint, device=device, dtype=dtype, threads=threads, quantize=quantize, compile=compile,
         scores=scores, attention_dir=attention, attention_layer=attention_layer, all_heads=all_heads,
         encoder_attention=encoder_attention, alignment=alignment, progress=progress, format=format,
         glossary=glossary, force=force, config_given=config is not None,
@@ -198,6 +200,7 @@ def serve(
         help="CPU threads of the model at most (0 = one per core); each batch runs on the cores other programs leave "
              "free.")] = 0,
     quantize: QuantizeOpt = None,
+    compile: CompileOpt = False,
     api_key: Annotated[str | None, typer.Option(
         envvar="NMT_API_KEY", help="Require this key on translation requests: LibreTranslate's api_key field or an "
                                    "'Authorization: Bearer KEY' header (403 otherwise).")] = None,
@@ -221,7 +224,7 @@ def serve(
 
     settings = settings_of(overrides, **{"serve.host": host, "serve.port": port, "serve.glossary": glossary})
     opts = ServeOptions(checkpoints=checkpoint or [], device=device, dtype=dtype, threads=threads, quantize=quantize,
-                        api_key=api_key, access_log=access_log, config_given=config is not None)
+                        compile=compile, api_key=api_key, access_log=access_log, config_given=config is not None)
     run(load_options_config(config, settings), opts)
 
 

@@ -28,6 +28,7 @@ from nmt.errors import NmtError
 from nmt.log import console
 from nmt.precision import for_inference, prepare
 from nmt.search import Hypothesis, SearchSettings, generated_tokens, run
+from nmt.search.compiled import CompiledDecoder, package_dir
 from nmt.threads import FreeCores
 from nmt.tokenizer import Tokenizer
 from nmt.translation import terminology
@@ -43,6 +44,7 @@ class ModelOptions:
     dtype: str = "auto"
     threads: int = 0
     quantize: str | None = None
+    compile: bool = False  # greedy and beam search through a compiled decoder step (nmt.search.compiled)
     # Where the search settings come from (`Translator.load`): with --config, the loaded config's decode
     # section; without, the checkpoint's own (the beam and length penalty it was tuned with) with the decode keys
     # the user set (--set decode.KEY=VALUE, --beam 5: the config's `given` keys) on top.
@@ -80,7 +82,7 @@ class Translator:
     """A loaded model + tokenizer + default search settings (`decode`)."""
 
     def __init__(self, ckpt: Checkpoint, decode: DecodeConfig, *, device: str = "auto", dtype: str = "fp32",
-                 quantize: str | None = None, attention_layer: int = -1):
+                 quantize: str | None = None, attention_layer: int = -1, compile: bool = False):
         self.device = pick_device(device, "--device")
         model_config = ckpt.model_config
         self.precision = for_inference(dtype, quantize, self.device, model_config.d_model)
@@ -100,6 +102,18 @@ class Translator:
         self.warn = lambda message: console.print(f"[yellow]warning:[/yellow] {message}")
         # on a CPU, each batch runs on the cores other processes left free (the threads set before loading at most)
         self.threads = FreeCores(torch.get_num_threads()) if self.device.type == "cpu" else None
+        self.compiled = self._compiled(ckpt) if compile else None
+
+    def _compiled(self, ckpt: Checkpoint) -> CompiledDecoder:
+        """The decoder whose steps run compiled (--compile), its packages beside the checkpoint."""
+        if self.device.type != "cpu" or self.precision.name != "fp32":
+            raise NmtError(f"--compile runs float32 on a CPU; this is {self.precision} on {self.device.type}: "
+                           "drop --compile, or use --device cpu --dtype fp32 without --quantize")
+        plain = ckpt.build_model(self.tokenizer).eval()
+        return CompiledDecoder(plain, package_dir(ckpt.path), self.warn_compile, eager=self.model)
+
+    def warn_compile(self, message: str) -> None:
+        console.print(f"[cyan]{message}[/cyan] (about a minute per row count on two cores; later runs load it)")
 
     @classmethod
     def load(cls, ckpt: str | Path | Checkpoint, cfg: Config | None = None, opts: ModelOptions | None = None,
@@ -117,7 +131,8 @@ class Translator:
             keys = sorted(k.removeprefix("decode.") for k in cfg.given if k.startswith("decode."))
             decode = ckpt.decode_config({k: getattr(cfg.decode, k) for k in keys})
         check_decode(decode)
-        return cls(ckpt, decode, device=opts.device, dtype=opts.dtype, quantize=opts.quantize, **kwargs)
+        return cls(ckpt, decode, device=opts.device, dtype=opts.dtype, quantize=opts.quantize, compile=opts.compile,
+                   **kwargs)
 
     def prefix_ids(self, prefix: str | None) -> list[int]:
         """decode.prefix as the ids put before every source line: one vocabulary entry, never cut into pieces."""
@@ -152,7 +167,9 @@ class Translator:
         return SearchSettings.of(decode, attention_layer=self.attention_layer, **changes)
 
     def _search(self, src: torch.Tensor, need_attention: bool, d: DecodeConfig) -> list[list[Hypothesis]]:
-        return run(self.model, src, self.search_settings(d, need_attention=need_attention), self.special)
+        settings = self.search_settings(d, need_attention=need_attention)
+        compiled = self.compiled is not None and not (need_attention or settings.sampling)  # it gives no attention
+        return run(self.compiled if compiled else self.model, src, settings, self.special)
 
     @functools.cached_property
     def continues_word(self) -> torch.Tensor:

@@ -11,22 +11,13 @@ from nmt import search
 from nmt.search import SearchSettings
 from nmt.search.static import StaticDecoder, static_step
 from nmt.translation.translator import ModelOptions, Translator
+from tests.helpers.hypotheses import assert_same
 from tests.helpers.paths import DEMO_MODEL
 from tests.helpers.tables import IDS, random_inputs, random_model
 
 
 def searched(model, src: torch.Tensor, **settings) -> list[list]:
     return search.run(model, src, SearchSettings(**settings), IDS)
-
-
-def assert_same(got: list[list], want: list[list]) -> None:
-    """The same tokens; scores within float32 rounding (rows are multiplied in batches of other sizes)."""
-    assert [[h.tokens for h in hyps] for hyps in got] == [[h.tokens for h in hyps] for hyps in want]
-    for g, w in zip(sum(got, []), sum(want, []), strict=True):
-        assert (g.score, g.logprob) == pytest.approx((w.score, w.logprob), rel=1e-5, abs=1e-5)
-        assert (g.attention is None) == (w.attention is None)
-        if g.attention is not None:
-            torch.testing.assert_close(g.attention, w.attention, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("settings", [

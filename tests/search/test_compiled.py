@@ -1,0 +1,132 @@
+"""The compiled decoder step (nmt.search.compiled, `--compile`): the same hypotheses as nmt's own decoding for greedy
+and beam search, n-best and length limits, with rows padded up to a package's bucket; a package compiled once is
+loaded by a later decoder, translator and `nmt translate` process without compiling again; what it cannot serve runs
+eagerly or is refused with one line.
+
+One package is compiled here (8 rows, one thread: every search below fits it), without Inductor's GEMM autotuning,
+which only changes which kernels the package calls (AUTOTUNE, NMT_COMPILE_AUTOTUNE=0)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from nmt import search
+from nmt.errors import NmtError
+from nmt.search import SearchSettings, compiled
+from nmt.search.compiled import CompiledDecoder, package_dir, rows_bucket, threads_for
+from nmt.translation.translator import ModelOptions, Translator
+from tests.helpers.hypotheses import assert_same
+from tests.helpers.paths import DEMO_MODEL, ROOT
+
+LINES = ["A man is riding a bicycle.", "Two dogs play in the snow near a small red house."]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """The demo model copied where its packages may be written (beside it), and its package for 8 rows compiled."""
+    path = tmp_path_factory.mktemp("compiled") / "demo.pt"
+    shutil.copy(DEMO_MODEL, path)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(compiled, "AUTOTUNE", False)
+        translator = Translator.load(path, None, ModelOptions(threads=1, config_given=False, compile=True))
+        translator.translate_chunk(LINES, decode=translator.decode_with(beam=4))  # 2 x 4 rows: compiles 8
+        yield path
+
+
+@pytest.fixture()
+def translator(checkpoint):
+    said = []
+    t = Translator.load(checkpoint, None, ModelOptions(threads=1, config_given=False, compile=True))
+    t.compiled.announce = said.append
+    t.said = said
+    return t
+
+
+def eager_and_compiled(translator, lines, **decode):
+    d = translator.decode_with(**decode)
+    got = translator.translate_chunk(lines, decode=d)
+    compiled_decoder, translator.compiled = translator.compiled, None
+    try:
+        want = translator.translate_chunk(lines, decode=d)
+    finally:
+        translator.compiled = compiled_decoder
+    return got, want
+
+
+@pytest.mark.parametrize("decode", [
+    dict(beam=4),
+    dict(beam=4, nbest=4, length_penalty=1.0),
+    dict(beam=3),  # 6 rows, padded to 8
+    dict(beam=1, max_len_a=0.0, max_len_b=4),  # greedy, cut at 4 tokens
+])
+def test_the_compiled_step_finds_the_same_hypotheses(translator, decode):
+    got, want = eager_and_compiled(translator, LINES if decode["beam"] > 1 else LINES * 4, **decode)
+    assert [t.text for t in got] == [t.text for t in want]
+    assert_same([t.hypotheses for t in got], [t.hypotheses for t in want])
+    assert translator.said == []  # the package compiled by the fixture served every search: nothing compiled
+    assert list(translator.compiled.runners) == [(8, 1)]
+
+
+def test_a_package_is_kept_beside_the_checkpoint_and_named_by_what_it_was_built_from(checkpoint, translator):
+    packages = sorted(package_dir(checkpoint).glob("*.pt2"))
+    assert [p.parent for p in packages] == [checkpoint.with_name("demo.pt.compiled")]
+    assert packages[0].name.startswith("step-8rows-1t-")
+    key = compiled.package_key(translator.compiled.model, 8, 1)
+    assert key in packages[0].name and key != compiled.package_key(translator.compiled.model, 8, 2)
+    with torch.no_grad():
+        next(translator.compiled.model.parameters()).add_(1.0)
+    assert compiled.package_key(translator.compiled.model, 8, 1) != key  # other weights: another package
+
+
+def test_a_later_process_loads_the_package_without_compiling(checkpoint, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(LINES) + "\n")
+    cmd = [sys.executable, "-m", "nmt", "translate", "--checkpoint", str(checkpoint), "--threads", "1",
+           "--beam", "4", "--input", str(source), "--no-progress"]
+    env = {**os.environ, "NMT_COMPILE_AUTOTUNE": "0"}  # the package the fixture compiled
+    fast = subprocess.run([*cmd, "--compile"], capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    eager = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert fast.returncode == 0, fast.stderr
+    assert "compiling" not in fast.stderr
+    assert fast.stdout == eager.stdout and len(fast.stdout.splitlines()) == 2
+
+
+def test_a_search_that_needs_attention_runs_eagerly(translator):
+    results = translator.translate_chunk(LINES, decode=translator.decode_with(beam=2), need_attention=True)
+    assert all(r.hypotheses[0].attention is not None for r in results)
+    with pytest.raises(ValueError, match="no attention"):
+        translator.compiled.decode_step(torch.zeros(2, dtype=torch.long), None, need_attention=True)
+
+
+@pytest.mark.parametrize("options, said", [
+    (dict(quantize="int8"), "--compile runs float32 on a CPU"),
+    (dict(dtype="bf16"), "--compile runs float32 on a CPU"),
+])
+def test_what_cannot_be_compiled_is_refused_in_one_line(checkpoint, options, said):
+    with pytest.raises(NmtError, match=said):
+        try:
+            Translator.load(checkpoint, None, ModelOptions(config_given=False, compile=True, **options))
+        except NmtError as e:
+            assert "\n" not in str(e)
+            raise
+
+
+def test_rows_go_to_the_next_power_of_two_and_small_steps_to_one_thread():
+    assert [rows_bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 100, 128)] == [1, 2, 4, 4, 8, 8, 16, 128, 128]
+    assert (threads_for(8, 2), threads_for(16, 2), threads_for(32, 2), threads_for(32, 1)) == (1, 1, 2, 1)
+
+
+def test_sources_of_other_lengths_decode_the_same_in_rows_padded_to_a_bucket(translator):
+    """The decoder outside a translator: a padded source batch, beam rows padded from 6 to 8."""
+    decoder, special = translator.compiled, translator.special
+    src = torch.tensor([[5, 6, 7, 8, special.eos], [9, 10, special.eos, special.pad, special.pad]])
+    settings = SearchSettings(beam=3, nbest=2)
+    with torch.inference_mode():
+        assert_same(search.run(decoder, src, settings, special), search.run(translator.model, src, settings, special))
+    assert isinstance(decoder, CompiledDecoder) and list(decoder.runners) == [(8, 1)]
