@@ -22,7 +22,7 @@ the same random sources (15..20 tokens + EOS, right-padded; batch 1 = one 20-tok
 and length penalty 0.6, and every hypothesis is forced to exactly `--length` tokens plus EOS, so all
 three do the same `--length` + 1 decoder steps over batch x 4 rows:
 
-  - ours:  EOS logit set to -inf before step L (a thin wrapper around decode_step); search forces EOS at
+  - ours:  min_len=L (EOS impossible before step L, as nmt's --set decode.min_len); search forces EOS at
            its length limit L (max_len_a=0, max_len_b=L);
   - HF:    min_new_tokens=L, max_new_tokens=L+1, forced_eos_token_id=EOS;
   - CT2:   min_decoding_length = max_decoding_length = L + 1: CT2 stops at its maximum without an EOS
@@ -75,7 +75,6 @@ from common import (
     BOS,
     EOS,
     PAD,
-    FixedLength,
     Neighbour,
     OtherLoad,
     interleaved,
@@ -120,8 +119,10 @@ def ours_fn(model, src, length, ids: Ids, free_cores: bool = True):
     """Ours as nmt.translation.translator runs a batch: on a CPU, on the cores other threads leave free
     (nmt.threads.FreeCores; `free_cores` False: always --threads), the thread count set back afterwards for the
     peers that share this process."""
-    wrapped = FixedLength(model, length, ids.eos)
     cores = FreeCores(torch.get_num_threads()) if free_cores and src.device.type == "cpu" else None
+
+    # EOS impossible before `length` (min_len), forced at it (the limit): every hypothesis has `length` tokens
+    settings = SearchSettings(beam=BEAM, length_penalty=ALPHA, max_len_a=0.0, max_len_b=length, min_len=length)
 
     def run():
         wanted = torch.get_num_threads()
@@ -129,8 +130,7 @@ def ours_fn(model, src, length, ids: Ids, free_cores: bool = True):
             cores.fit()
         try:
             with torch.inference_mode():
-                return search.run(wrapped, src, SearchSettings(beam=BEAM, length_penalty=ALPHA, max_len_a=0.0,
-                                                               max_len_b=length), ids)
+                return search.run(model, src, settings, ids)
         finally:
             torch.set_num_threads(wanted)
 
@@ -222,7 +222,7 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
             fns["eager"] = ours_fn(ours_model, src, args.length, ids, not args.fixed_threads)
             bucket = rows_bucket(batch * BEAM)
             for threads in {1, args.threads}:
-                compiled.runner(bucket, threads_for(bucket, threads))
+                compiled.runner(bucket, threads_for(bucket, threads), BEAM, ids)
         if ct2 is not None and (ct2_run := ct2_fn(ct2, src, args.length, device, CT2_TYPES[args.dtype],
                                                   args.threads, args.clock, ids.pad, (BEAM, ALPHA))):
             fns["ct2"] = ct2_run

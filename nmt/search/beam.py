@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +25,7 @@ from torch import Tensor
 
 from nmt.kernels import top_k_rows
 from nmt.search.history import Finished, History
-from nmt.search.scoring import Hypothesis, Move, cannot_improve
+from nmt.search.scoring import Hypothesis, Move, cannot_improve, length_penalty_divisor
 from nmt.search.settings import SearchSettings
 
 
@@ -54,6 +55,47 @@ def best_continuations(logprobs: Tensor, scores: Tensor, beams: int, k: int) -> 
     N = scores.numel() // beams
     best, index = (row_logprobs + scores[:, None]).view(N, beams * k).topk(k, dim=1)
     return Candidates(best, index.div(k, rounding_mode="floor"), row_tokens.view(N, beams * k).gather(1, index))
+
+
+class Chosen(NamedTuple):
+    """What the beam rule chose at a step, tensors on the device (N sentences, K beams each)."""
+
+    finished: Tensor  # [N, K] float64: the scores (by the length penalty) of the best K candidates that end, else -inf
+    logprob: Tensor  # [N, K] the best K candidates' cumulative log-probability
+    ending_rows: Tensor  # [N, K] the row (of the whole batch) each of them continues
+    best: Tensor  # [N, K] float64: each sentence's K best finished scores so far
+    done: Tensor  # [N] bool: the sentence's search ends here
+    tokens: Tensor  # [N * K] the token each row of the next step appends
+    parents: Tensor  # [N, K] the beam each row of the next step continues
+    parent_rows: Tensor  # [N * K] the row of this step it continues
+    scores: Tensor  # [N * K] its cumulative log-probability (-inf in a done sentence's rows)
+
+
+def beam_rule(logprobs: Tensor, scores: Tensor, best: Tensor, limit: Tensor, t: int | Tensor,
+              divisor: float | Tensor, beams: int, K: int, eos: int) -> tuple[Chosen, Candidates, Tensor, Tensor]:
+    """One step of beam search, tensors in and out (nothing waits for the device): logprobs [N * beams, V] of each
+    row's next token, scores [N * beams] each row's cumulative log-probability, best [N, K] each sentence's best
+    finished scores, limit [N] its length limit, t the step, `divisor` the length penalty's at length t + 1.
+    A done sentence's rows go on until the next poll takes them out, scoring -inf: they end nothing more.
+    Returned with the choice, for a trace: the 2K candidates, which of the best K end, and the ranks that go on."""
+    top = best_continuations(logprobs, scores, beams, 2 * K)
+    first_rows = torch.arange(0, limit.numel() * beams, beams, device=top.parents.device)
+    top_rows = top.parents + first_rows[:, None]  # [N, 2K] the row each candidate continues
+    is_eos = top.tokens.eq(eos)
+    # finite (of scores at most 0: > -inf); a done sentence's rows score -inf: none of them end
+    ending = is_eos[:, :K] & top.scores[:, :K].gt(float("-inf"))
+    # scored by the length penalty in float64 (the score a list of Python floats held)
+    finished = torch.where(ending, top.scores[:, :K].double() / divisor, float("-inf"))
+    best = torch.cat([best, finished], dim=1).topk(K, dim=1).values
+    # The best K non-EOS candidates of each sentence (a stable sort keeps their rank order).
+    continuing = is_eos.to(torch.int8).sort(dim=1, stable=True).indices[:, :K]
+    best_active = top.scores.gather(1, continuing[:, :1]).squeeze(1)
+    done = limit.le(t) | cannot_improve(best[:, -1].float(), best_active, divisor)
+    next_scores = top.scores.gather(1, continuing).masked_fill(done[:, None], float("-inf")).flatten()
+    tokens = top.tokens.gather(1, continuing).flatten()
+    chosen = Chosen(finished, top.scores[:, :K], top_rows[:, :K], best, done, tokens, top.parents.gather(1, continuing),
+                    top_rows.gather(1, continuing).flatten(), next_scores)
+    return chosen, top, ending, continuing
 
 
 @dataclass
@@ -97,7 +139,7 @@ class Beam:
         self.limit = self.row_limit = limit  # each group's length limit, and each row's
         self.scores = torch.zeros(B, device=device)  # cumulative log-probability of each row
         self.done = torch.zeros(B, dtype=torch.bool, device=device)  # each group: its search has ended
-        self.finished = Finished(B, self.K, s.length_penalty, s.length_penalty_type, device)
+        self.finished = Finished(B, self.K, device)
         self.history = History()
         self.src_len = src.ne(pad).sum(dim=1)
         if fixed_rows:  # beams 1.. start at -inf: step 0 expands beam 0 alone, as it does with one row
@@ -119,29 +161,23 @@ class Beam:
 
     def step(self, t: int, logprobs: Tensor, step_attn: Tensor | None) -> Move:
         """The beam rule for step t, on the device: nothing here waits for it."""
-        K, beams, s = self.K, self.beams(t), self.settings
-        top = best_continuations(logprobs, self.scores, beams, 2 * K)
-        first_rows = torch.arange(0, self.sentence.numel() * beams, beams, device=top.parents.device)
-        top_rows = top.parents + first_rows[:, None]  # [N, 2K] the row each candidate continues
-        is_eos = top.tokens.eq(self.eos)
-        # finite (of scores at most 0: > -inf); a done sentence's rows score -inf: none of them end
-        ending = is_eos[:, :K] & top.scores[:, :K].gt(float("-inf"))
-        self.finished.add(t, self.sentence, ending, top.scores[:, :K], top_rows[:, :K])
-        # The best K non-EOS candidates of each sentence (a stable sort keeps their rank order).
-        continuing = is_eos.to(torch.int8).sort(dim=1, stable=True).indices[:, :K]
-        best_active = top.scores.gather(1, continuing[:, :1]).squeeze(1)
-        done = self.limit.le(t) | cannot_improve(self.finished.worst(), best_active, t + 1, s.length_penalty,
-                                                 s.length_penalty_type)
+        s = self.settings
+        chosen, top, ending, continuing = beam_rule(
+            logprobs, self.scores, self.finished.best, self.limit, t,
+            length_penalty_divisor(t + 1, s.length_penalty, s.length_penalty_type), self.beams(t), self.K, self.eos)
         if self.trace is not None:
-            self.trace(_beam_step(t, self.sentence, top, ending, continuing, done))
-        tokens = top.tokens.gather(1, continuing).flatten()
-        # A done sentence's rows go on until the next poll takes them out, scoring -inf: they end nothing more.
-        self.scores = top.scores.gather(1, continuing).masked_fill(done[:, None], float("-inf")).flatten()
-        self.history.add(tokens, top_rows.gather(1, continuing).flatten(), step_attn)
-        self.done = done
+            self.trace(_beam_step(t, self.sentence, top, ending, continuing, chosen.done))
+        return self.take(t, chosen, step_attn)
+
+    def take(self, t: int, chosen: Chosen, step_attn: Tensor | None) -> Move:
+        """Step t's choice (beam_rule's, here or in a compiled step: nmt.search.compiled) becomes the search's state."""
+        K = self.K
+        self.finished.record(t, self.sentence, chosen.finished, chosen.logprob, chosen.ending_rows, chosen.best)
+        self.history.add(chosen.tokens, chosen.parent_rows, step_attn)
+        self.scores, self.done = chosen.scores, chosen.done
         if t == 0 and not self.fixed_rows:
             self.row_limit = self.limit[:, None].expand(-1, K).flatten()
-        return Move(tokens, parents=top.parents.gather(1, continuing))
+        return Move(chosen.tokens, parents=chosen.parents)
 
     def poll(self, move: Move) -> Move | None:
         """The one host wait: the sentences whose search has ended leave the batch (with fixed rows they stay,

@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from nmt.search import static
+from nmt.search.beam import Beam, Chosen, beam_rule
+from nmt.search.scoring import Move, length_penalty_divisor, step_log_probs
+from nmt.search.settings import SearchSettings
 from nmt.search.static import StaticCache, StaticDecoder, static_step
 
 # Inductor's GEMM autotuning: its C++ micro-kernels where they beat ATen's, what makes the step fast; the environment's
@@ -35,9 +39,10 @@ AUTOTUNE = os.environ.get("NMT_COMPILE_AUTOTUNE", "1") != "0"
 SMALL_ROWS = 16  # up to this many rows a step runs on one thread: a second one waits more than it helps
 
 
-def rows_bucket(rows: int) -> int:
-    """The package that serves `rows` rows: the next power of two."""
-    return 1 << max(0, rows - 1).bit_length()
+def rows_bucket(sentences: int, per: int = 1) -> int:
+    """The rows of the package that serves `sentences` sentences of `per` rows each: `per` times the next power of
+    two."""
+    return per << max(0, sentences - 1).bit_length()
 
 
 def threads_for(rows: int, threads: int) -> int:
@@ -56,6 +61,27 @@ class _Step(nn.Module):
         return static_step(self.model, tokens, pos, self_kv, cross_kv, memory_mask)[0]
 
 
+class _BeamStep(nn.Module):
+    """One whole step of beam search, K beams per sentence: the decoder's step (static_step), the next-token
+    log-probabilities (step_log_probs), the beam rule (beam_rule) and the cache's reorder, with nothing in between on
+    the host. Returns beam_rule's Chosen as a tuple; writes this step's keys/values into self_kv and all of them,
+    reordered for the next step, into spare_kv."""
+
+    def __init__(self, model: nn.Module, K: int, bos: int, eos: int, pad: int):
+        super().__init__()
+        self.model, self.K, self.bos, self.eos, self.pad = model, K, bos, eos, pad
+
+    def forward(self, tokens: Tensor, pos: Tensor, self_kv: Tensor, cross_kv: Tensor, memory_mask: Tensor,
+                spare_kv: Tensor, scores: Tensor, best: Tensor, limit: Tensor, row_limit: Tensor, t: Tensor,
+                divisor: Tensor, min_len: Tensor) -> tuple[Tensor, ...]:
+        logits = static_step(self.model, tokens, pos, self_kv, cross_kv, memory_mask)[0]
+        logprobs = step_log_probs(logits, row_limit.le(t), self.bos, self.eos, self.pad, too_short=t < min_len)
+        chosen = beam_rule(logprobs, scores, best, limit, t, divisor, self.K, self.K, self.eos)[0]
+        # reordered into the other buffer: in place, a gather of rows would need a temporary copy of them anyway
+        spare_kv.copy_(self_kv.index_select(2, chosen.parent_rows))
+        return tuple(chosen)
+
+
 def package_dir(checkpoint: Path | None) -> Path:
     """Where a checkpoint's packages are kept: `<checkpoint>.compiled/` beside it where that can be written, else
     the user's cache (`$XDG_CACHE_HOME/nmt/compiled`, by default ~/.cache/nmt/compiled). A package's name says what
@@ -67,41 +93,50 @@ def package_dir(checkpoint: Path | None) -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nmt" / "compiled"
 
 
-def package_key(model: nn.Module, rows: int, threads: int) -> str:
-    """What a package is built from, hashed: its weights, the code of the model and of the step, torch's version,
-    the CPU's instruction set, rows, threads and AUTOTUNE."""
+def package_key(model: nn.Module, kind: str, rows: int, threads: int) -> str:
+    """What a package is built from, hashed: its weights, the code of the model, of the step and of the search, its
+    kind (the step, or a beam step with its beam and special ids), torch's version, the CPU's instruction set, rows,
+    threads and AUTOTUNE."""
     h = hashlib.sha256()
-    for code in (type(model).__module__, static.__name__, __name__):
-        h.update(Path(__import__(code, fromlist=["_"]).__file__).read_bytes())
-    h.update(f"{torch.__version__}|{torch.backends.cpu.get_cpu_capability()}|{rows}|{threads}|{AUTOTUNE}".encode())
+    for path in (Path(sys.modules[type(model).__module__].__file__), *Path(__file__).parent.glob("*.py")):
+        h.update(path.read_bytes())
+    cpu = torch.backends.cpu.get_cpu_capability()
+    h.update(f"{torch.__version__}|{cpu}|{kind}|{rows}|{threads}|{AUTOTUNE}".encode())
     for name, tensor in model.state_dict().items():
         h.update(name.encode())
         h.update(tensor.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()[:16]
 
 
-def example_inputs(model: nn.Module, rows: int) -> tuple[Tensor, ...]:
-    """Inputs of a step of `rows` rows: a 7-token source, a 9-position cache (different sizes, so that export keeps
-    the two dimensions apart)."""
+def example_inputs(model: nn.Module, rows: int, K: int | None) -> tuple[Tensor, ...]:
+    """Inputs of a step of `rows` rows (and of a beam step of K beams): a 7-token source, a 9-position cache
+    (different sizes, so that export keeps the two dimensions apart)."""
     layers, attn = model.decoder_layers, model.decoder_layers[0].self_attn
     L, H, Dh = len(layers), attn.n_heads, attn.d_head
-    return (torch.zeros(rows, dtype=torch.long), torch.zeros((), dtype=torch.long),
+    step = (torch.zeros(rows, dtype=torch.long), torch.zeros((), dtype=torch.long),
             torch.zeros(L, 2, rows, H, 9, Dh), torch.zeros(L, 2, rows, H, 7, Dh),
             torch.ones(rows, 1, 1, 7, dtype=torch.bool))
+    if K is None:
+        return step
+    N = rows // K
+    return (*step, torch.zeros_like(step[2]), torch.zeros(rows), torch.full((N, K), float("-inf"), dtype=torch.float64),
+            torch.full((N,), 5), torch.full((rows,), 5), torch.zeros((), dtype=torch.long),
+            torch.ones((), dtype=torch.float64), torch.zeros((), dtype=torch.long))
 
 
-def build(model: nn.Module, rows: int, threads: int, path: Path) -> None:
-    """Compile the step of `rows` rows on `threads` threads into the package `path` (written whole, then renamed:
-    a killed compile leaves no half package)."""
-    positions = model.max_positions
+def build(module: nn.Module, inputs: tuple[Tensor, ...], threads: int, path: Path) -> None:
+    """Compile `module` (a _Step or _BeamStep) for these inputs' shapes, the source length and the cache's
+    capacity left free, on `threads` threads, into the package `path` (written whole, then renamed: a killed compile
+    leaves no half package)."""
+    positions = module.model.max_positions
     S = torch.export.Dim("S", min=1, max=positions)
     T = torch.export.Dim("T", min=2, max=positions + 1)
-    shapes = (None, None, {4: T}, {4: S}, {3: S})
+    shapes = (None, None, {4: T}, {4: S}, {3: S}, *([{4: T}] if len(inputs) > 5 else []), *[None] * (len(inputs) - 6))
     wanted = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         with torch.no_grad():
-            program = torch.export.export(_Step(model).eval(), example_inputs(model, rows), dynamic_shapes=shapes)
+            program = torch.export.export(module.eval(), inputs, dynamic_shapes=shapes)
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=path.stem, suffix=".pt2", dir=path.parent)
             os.close(fd)
@@ -117,11 +152,12 @@ def build(model: nn.Module, rows: int, threads: int, path: Path) -> None:
 
 
 class PaddedCache(StaticCache):
-    """A StaticCache of `bucket` rows of which the first `rows` are the search's."""
+    """A StaticCache of `bucket` rows of which the first `rows` are the search's; `spare`: a second buffer of keys and
+    values, where a beam step writes them reordered (then the two change places)."""
 
     def __init__(self, self_kv: Tensor, cross_kv: Tensor, memory_mask: Tensor, rows: int):
         super().__init__(self_kv, cross_kv, memory_mask)
-        self.rows = rows
+        self.rows, self.spare = rows, torch.zeros_like(self_kv)
 
     def reorder(self, keep: Tensor | None, parents: Tensor) -> None:
         if keep is not None:
@@ -132,49 +168,80 @@ class PaddedCache(StaticCache):
         self.self_kv = self.self_kv.index_select(2, torch.cat([index, spare]))
 
 
+def _padded(x: Tensor, size: int, value: float) -> Tensor:
+    """x along its first dimension up to `size`, filled with `value`, contiguous: a package reads its inputs in the
+    layout it was compiled for and checks none (a row limit expanded from one value has stride 0)."""
+    return x.contiguous() if x.size(0) == size else torch.cat([x, x.new_full((size - x.size(0), *x.shape[1:]), value)])
+
+
 class CompiledDecoder(StaticDecoder):
     """`model` (float32, on the CPU, plain nn.Linear layers) as nmt.search.loop.run uses a model, each step through
-    its compiled package. Packages are looked for, and saved, in `directory`; `announce(message)` is told before a
-    compile (about a minute each on two cores). `eager`: the same model as it runs eagerly (nmt.precision.prepare's
-    packed layers), which encodes the source; default `model`."""
+    its compiled package: `beam_step` a whole beam search step, `decode_step` the decoder's alone (greedy search).
+    Packages are looked for, and saved, in `directory`; `announce(message)` is told before a compile (about a minute
+    each on two cores). `eager`: the same model as it runs eagerly (nmt.precision.prepare's packed layers), which
+    encodes the source; default `model`."""
 
     def __init__(self, model: nn.Module, directory: Path, announce: Callable[[str], None] = lambda _: None,
                  eager: nn.Module | None = None):
         super().__init__(model)
         self.directory, self.announce, self.eager = Path(directory), announce, eager or model
-        self.runners: dict[tuple[int, int], Callable[..., Tensor]] = {}
+        self.runners: dict[tuple[str, int, int], Callable[..., Any]] = {}
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         return self.eager.encode(src)
 
-    def runner(self, rows: int, threads: int) -> Callable[..., Tensor]:
-        """The loaded package for `rows` rows (a bucket) on `threads` threads: from disk, or compiled first."""
-        if (rows, threads) not in self.runners:
-            path = self.directory / f"step-{rows}rows-{threads}t-{package_key(self.model, rows, threads)}.pt2"
+    def runner(self, rows: int, threads: int, K: int | None = None, special: Any = None) -> Callable[..., Any]:
+        """The loaded package for `rows` rows (a bucket) on `threads` threads: the decoder's step, or with K (and
+        the tokenizer's `special` ids) a beam step. From disk, or compiled first."""
+        kind = "step" if K is None else f"beam{K}-{special.bos}.{special.eos}.{special.pad}"
+        if (kind, rows, threads) not in self.runners:
+            path = self.directory / f"{kind}-{rows}rows-{threads}t-{package_key(self.model, kind, rows, threads)}.pt2"
             if not path.exists():
-                self.announce(f"compiling the decoder step for {rows} rows on {threads} thread(s), once: {path}")
-                build(self.model, rows, threads, path)
-            self.runners[rows, threads] = torch._inductor.aoti_load_package(str(path))
-        return self.runners[rows, threads]
+                self.announce(f"compiling the decoder's {kind} for {rows} rows on {threads} thread(s), once: {path}")
+                module = _Step(self.model) if K is None else _BeamStep(self.model, K, special.bos, special.eos,
+                                                                        special.pad)
+                build(module, example_inputs(self.model, rows, K), threads, path)
+            self.runners[kind, rows, threads] = torch._inductor.aoti_load_package(str(path))
+        return self.runners[kind, rows, threads]
 
     def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int, rows: int = 1) -> PaddedCache:
+        """The static cache of `rows` rows per sentence, in a bucket's rows (nmt.search.static)."""
         cache = super().init_cache(memory, src_pad_mask, max_len, rows)
-        N = cache.self_kv.size(2)
-        extra = rows_bucket(N) - N
-        pad = lambda kv: torch.cat([kv, kv.new_zeros(*kv.shape[:2], extra, *kv.shape[3:])], dim=2)  # noqa: E731
-        mask = torch.cat([cache.memory_mask, cache.memory_mask.new_ones(extra, *cache.memory_mask.shape[1:])])
-        return PaddedCache(pad(cache.self_kv), pad(cache.cross_kv), mask, N)
+        N, bucket = cache.self_kv.size(2), rows_bucket(memory.size(0), rows)
+        pad = lambda kv: torch.cat([kv, kv.new_zeros(*kv.shape[:2], bucket - N, *kv.shape[3:])], dim=2)  # noqa: E731
+        return PaddedCache(pad(cache.self_kv), pad(cache.cross_kv), _padded(cache.memory_mask, bucket, True), N)
 
     def decode_step(self, tokens: Tensor, cache: PaddedCache, need_attention: bool = False
                     ) -> tuple[Tensor, Tensor | None]:
         if need_attention:
             raise ValueError("the compiled step gives no attention: decode with the model itself")
-        if cache.step >= cache.self_kv.size(4):
-            raise ValueError(f"a static cache of {cache.self_kv.size(4)} positions is full")
+        self._check_room(cache)
         bucket = cache.self_kv.size(2)
-        padded = torch.cat([tokens, tokens.new_zeros(bucket - tokens.numel())])
         run = self.runner(bucket, threads_for(bucket, torch.get_num_threads()))
-        logits = run(padded, cache.pos, cache.self_kv, cache.cross_kv, cache.memory_mask)[: tokens.numel()]
+        logits = run(_padded(tokens, bucket, 0), cache.pos, cache.self_kv, cache.cross_kv, cache.memory_mask)
         cache.pos += 1
         cache.step += 1
-        return logits, None
+        return logits[: tokens.numel()], None
+
+    def beam_step(self, beam: Beam, cache: PaddedCache, tokens: Tensor, t: int, settings: SearchSettings,
+                  special: Any) -> Move:
+        """Step t of `beam` (fixed rows, no trace, no attention) as one call of its package: the decoder's step, the
+        beam rule, the cache's reorder. Its sentences are padded to the bucket's (scores -inf, done at once)."""
+        self._check_room(cache)
+        K, B, bucket = beam.K, beam.limit.numel(), cache.self_kv.size(2)
+        run = self.runner(bucket, threads_for(bucket, torch.get_num_threads()), K, special)
+        divisor = length_penalty_divisor(t + 1, settings.length_penalty, settings.length_penalty_type)
+        out = run(_padded(tokens, bucket, 0), cache.pos, cache.self_kv, cache.cross_kv, cache.memory_mask, cache.spare,
+                  _padded(beam.scores, bucket, float("-inf")), _padded(beam.finished.best, bucket // K, float("-inf")),
+                  _padded(beam.limit, bucket // K, 0), _padded(beam.row_limit, bucket, 0), torch.tensor(t),
+                  torch.tensor(divisor, dtype=torch.float64), torch.tensor(settings.min_len))
+        cache.self_kv, cache.spare = cache.spare, cache.self_kv
+        cache.pos += 1
+        cache.step += 1
+        chosen = Chosen(*(x[: B * K] if x.dim() == 1 and x.size(0) == bucket else x[:B] for x in out))
+        return beam.take(t, chosen, None)
+
+    @staticmethod
+    def _check_room(cache: PaddedCache) -> None:
+        if cache.step >= cache.self_kv.size(4):
+            raise ValueError(f"a static cache of {cache.self_kv.size(4)} positions is full")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
-from nmt.search.scoring import Hypothesis, Move, cannot_improve, length_normalized
+from nmt.search.scoring import Hypothesis, Move, cannot_improve, length_normalized, length_penalty_divisor
 from nmt.search.settings import SearchSettings
 
 Constraint = list[list[int]]  # one term: its alternative token sequences
@@ -154,7 +154,8 @@ class Constrained:
         self.finished = sorted(self.finished, key=lambda h: -h.score)[:s.beam]
         chosen = allocate(candidates, self.width) if t < self.limit else []
         worst = self.finished[-1].score if len(self.finished) >= s.beam else float("-inf")
-        if not chosen or cannot_improve(worst, chosen[0][0], t + 1, s.length_penalty, s.length_penalty_type):
+        divisor = length_penalty_divisor(t + 1, s.length_penalty, s.length_penalty_type)
+        if not chosen or cannot_improve(worst, chosen[0][0], divisor):
             return None
         if s.deadline is not None and time.monotonic() > s.deadline:
             return None

@@ -21,8 +21,6 @@ from itertools import accumulate
 import torch
 from torch import Tensor
 
-from nmt.search.scoring import length_penalty_divisor
-
 
 class History:
     def __init__(self) -> None:
@@ -96,23 +94,17 @@ def entries(index: list[int], sizes: list[int]) -> list[tuple[int, int]]:
 class Finished:
     """Beam search's finished hypotheses: each step's, logged, and each sentence's `beam` best scores."""
 
-    def __init__(self, sentences: int, beam: int, alpha: float, kind: str, device: torch.device):
-        self.sentences, self.alpha, self.kind = sentences, alpha, kind
+    def __init__(self, sentences: int, beam: int, device: torch.device):
+        self.sentences = sentences
         self.best = torch.full((sentences, beam), float("-inf"), dtype=torch.float64, device=device)
         self.log: list[tuple[int, Tensor, Tensor, Tensor, Tensor]] = []  # (step, sentence, score, logprob, row)
 
-    def add(self, t: int, sentence: Tensor, ending: Tensor, logprob: Tensor, rows: Tensor) -> None:
-        """Of the candidates logprob [N, K] (cumulative log-probability, EOS included) on rows [N, K] of step t of the
-        sentences `sentence` [N], those `ending` [N, K] finish: scored by the length penalty (in float64, divided
-        by the Python float of their length: the score a list of Python floats held), the others -inf."""
-        score = torch.where(ending, logprob.double() / length_penalty_divisor(t + 1, self.alpha, self.kind),
-                            float("-inf"))
-        self.best = torch.cat([self.best, score], dim=1).topk(self.best.size(1), dim=1).values
+    def record(self, t: int, sentence: Tensor, score: Tensor, logprob: Tensor, rows: Tensor, best: Tensor) -> None:
+        """Step t's candidates logprob [N, K] (cumulative log-probability, EOS included) on rows [N, K] of the
+        sentences `sentence` [N], scored `score` by the length penalty where they finish (-inf where they do not),
+        and each sentence's best scores after them (nmt.search.beam.beam_rule computes both)."""
+        self.best = best
         self.log.append((t, sentence, score, logprob, rows))
-
-    def worst(self) -> Tensor:
-        """[N] float32: the score a new hypothesis has to beat once a sentence has `beam`, -inf before."""
-        return self.best[:, -1].float()
 
     def keep(self, sentences: Tensor) -> None:
         """Only these sentences go on searching."""

@@ -52,13 +52,19 @@ def run(model, src: Tensor, settings: SearchSettings, special: Any, *, constrain
     tokens = src.new_full((src.size(0) * (strategy.start_rows if fixed else 1),), special.bos)
     first_limit = int(limit.min())  # before this step no row is at its limit: no per-step check
     every = strategy.poll_every
+    # nmt.search.compiled: a whole beam step (the decoder's, the rule, the reorder) in one compiled call
+    whole = getattr(model, "beam_step", None)
+    whole = whole if isinstance(strategy, Beam) and strategy.trace is None and not settings.need_attention else None
     for t in range(T + 1):
-        move = step(model, strategy, cache, tokens, t, first_limit, settings, special)
+        if whole is not None:
+            move = whole(strategy, cache, tokens, t, settings, special)
+        else:
+            move = step(model, strategy, cache, tokens, t, first_limit, settings, special)
         if move is not None and every and (t + 1) % every == 0:
             move = strategy.poll(move)  # the one host wait: the sentences that are done leave the batch
         if move is None or t == T:  # every row reaches its limit, where EOS is forced, by step T
             break
-        if move.keep is not None or move.parents is not None:
+        if whole is None and (move.keep is not None or move.parents is not None):  # a whole step reorders itself
             cache.reorder(move.keep, parents=move.parents)
         tokens = move.tokens
     return strategy.results()

@@ -67,13 +67,13 @@ def length_normalized(logprob: float, length: int, alpha: float, kind: str = "gn
     return logprob / length_penalty_divisor(length, alpha, kind)
 
 
-def cannot_improve(worst: Tensor | float, best_active: Tensor | float, length: int, alpha: float, kind: str
-                   ) -> Tensor | bool:
+def cannot_improve(worst: Tensor | float, best_active: Tensor | float, divisor: float | Tensor) -> Tensor | bool:
     """The stop rule of beam and constrained search: a sentence is done once it holds `beam` finished hypotheses
     (the worst of them scored `worst`; -inf before) and its best active one, cumulative log-probability
-    `best_active` scored at its current `length`, cannot beat that worst. (fairseq stops at `beam` finished alone,
-    which with a confident model lets junk beams that end early crowd out the real translation.)"""
-    best = best_active / length_penalty_divisor(length, alpha, kind)
+    `best_active`, scored at its current length (the length penalty's `divisor` there), cannot beat that worst.
+    (fairseq stops at `beam` finished alone, which with a confident model lets junk beams that end early crowd out
+    the real translation.)"""
+    best = best_active / divisor
     if isinstance(worst, Tensor):  # a score is finite or -inf: > -inf is isfinite in 1 operator, not 4
         return worst.gt(float("-inf")) & worst.ge(best)
     return worst > float("-inf") and worst >= best
@@ -87,25 +87,24 @@ def max_lengths(model, src: Tensor, pad: int, max_len_a: float, max_len_b: int) 
     return limit.clamp(0, max_positions - 1 if max_positions else None)
 
 
-def step_log_probs(logits: Tensor, at_limit: Tensor | None, bos: int, eos: int, pad: int, too_short: bool = False
-                   ) -> Tensor:
+def step_log_probs(logits: Tensor, at_limit: Tensor | None, bos: int, eos: int, pad: int,
+                   too_short: bool | Tensor = False) -> Tensor:
     """float32 log-probabilities [N, V] (normalised over the whole vocabulary) with PAD and BOS made
     impossible, EOS too while the output is `too_short` (shorter than min_len) and, in rows at their length
     limit (at_limit [N]; None: no row is), everything but EOS, which keeps its real log-probability: the limit
-    wins over min_len. Masks, not boolean indexing, so that no step waits for the device. One log_softmax
-    kernel: on CPU faster than subtracting a logsumexp from the logits."""
-    logprobs = F.log_softmax(logits.float(), dim=-1)
-    logprobs[:, pad] = float("-inf")
-    logprobs[:, bos] = float("-inf")
-    if too_short and at_limit is None:
-        logprobs[:, eos] = float("-inf")
-    elif too_short:
-        logprobs[:, eos] = logprobs[:, eos].masked_fill(~at_limit, float("-inf"))
+    wins over min_len. `too_short` may be a 0-d bool tensor (with at_limit given), as in a compiled step.
+    One mask, filled once: no boolean indexing (no step waits for the device) and nothing written in place, so that
+    a compiled step (nmt.search.compiled) is one fused kernel. One log_softmax kernel: on CPU faster than
+    subtracting a logsumexp from the logits."""
+    vocab = torch.arange(logits.size(-1), device=logits.device)
+    is_eos = vocab.eq(eos)
+    impossible = (vocab.eq(pad) | vocab.eq(bos))[None, :]  # [1, V]
+    if isinstance(too_short, Tensor) or too_short:
+        eos_too = too_short if at_limit is None else too_short & ~at_limit[:, None]  # [N, 1] or a bool
+        impossible = impossible | (is_eos & eos_too)
     if at_limit is not None:
-        eos_logprobs = logprobs[:, eos].clone()
-        logprobs.masked_fill_(at_limit[:, None], float("-inf"))
-        logprobs[:, eos] = eos_logprobs
-    return logprobs
+        impossible = impossible | (at_limit[:, None] & ~is_eos)
+    return F.log_softmax(logits.float(), dim=-1).masked_fill(impossible, float("-inf"))
 
 
 def step_attention(attention: Tensor | None, layer: int) -> Tensor | None:

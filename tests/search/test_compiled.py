@@ -1,10 +1,11 @@
 """The compiled decoder step (nmt.search.compiled, `--compile`): the same hypotheses as nmt's own decoding for greedy
-and beam search, n-best and length limits, with rows padded up to a package's bucket; a package compiled once is
-loaded by a later decoder, translator and `nmt translate` process without compiling again; what it cannot serve runs
-eagerly or is refused with one line.
+and beam search (a whole beam step compiled), n-best, min_len and length limits, with sentences padded up to a
+package's bucket; a package compiled once is loaded by a later decoder, translator and `nmt translate` process
+without compiling again; what it cannot serve runs eagerly or is refused with one line.
 
-One package is compiled here (8 rows, one thread: every search below fits it), without Inductor's GEMM autotuning,
-which only changes which kernels the package calls (AUTOTUNE, NMT_COMPILE_AUTOTUNE=0)."""
+Three packages are compiled here, 8 rows on one thread each (every search below fits one of them): the beam step of
+beam 4 and of beam 2, and the decoder's step alone (greedy), without Inductor's GEMM autotuning, which only changes
+which kernels a package calls (AUTOTUNE, NMT_COMPILE_AUTOTUNE=0)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from tests.helpers.hypotheses import assert_same
 from tests.helpers.paths import DEMO_MODEL, ROOT
 
 LINES = ["A man is riding a bicycle.", "Two dogs play in the snow near a small red house."]
+THREE = [*LINES, "Hello!"]  # beam 2: 3 sentences padded to 4, 8 rows
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,8 @@ def checkpoint(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(compiled, "AUTOTUNE", False)
         translator = Translator.load(path, None, ModelOptions(threads=1, config_given=False, compile=True))
-        translator.translate_chunk(LINES, decode=translator.decode_with(beam=4))  # 2 x 4 rows: compiles 8
+        for lines, beam in ((LINES, 4), (THREE, 2), (LINES * 4, 1)):  # 8 rows each
+            translator.translate_chunk(lines, decode=translator.decode_with(beam=beam))
         yield path
 
 
@@ -59,29 +62,34 @@ def eager_and_compiled(translator, lines, **decode):
     return got, want
 
 
-@pytest.mark.parametrize("decode", [
-    dict(beam=4),
-    dict(beam=4, nbest=4, length_penalty=1.0),
-    dict(beam=3),  # 6 rows, padded to 8
-    dict(beam=1, max_len_a=0.0, max_len_b=4),  # greedy, cut at 4 tokens
+@pytest.mark.parametrize("lines, decode", [
+    (LINES, dict(beam=4)),
+    (LINES, dict(beam=4, nbest=4, length_penalty=1.0)),
+    (LINES, dict(beam=4, min_len=12)),
+    (THREE, dict(beam=2, nbest=2)),
+    (LINES * 4, dict(beam=1, max_len_a=0.0, max_len_b=4)),  # greedy, cut at 4 tokens
+    (THREE * 2, dict(beam=1)),  # 6 rows padded to 8
 ])
-def test_the_compiled_step_finds_the_same_hypotheses(translator, decode):
-    got, want = eager_and_compiled(translator, LINES if decode["beam"] > 1 else LINES * 4, **decode)
+def test_the_compiled_step_finds_the_same_hypotheses(translator, lines, decode):
+    got, want = eager_and_compiled(translator, lines, **decode)
     assert [t.text for t in got] == [t.text for t in want]
     assert_same([t.hypotheses for t in got], [t.hypotheses for t in want])
-    assert translator.said == []  # the package compiled by the fixture served every search: nothing compiled
-    assert list(translator.compiled.runners) == [(8, 1)]
+    assert translator.said == []  # the packages compiled by the fixture served every search: nothing compiled
+    assert {kind for kind, _, _ in translator.compiled.runners} == {"step" if decode["beam"] == 1 else
+                                                                     f"beam{decode['beam']}-2.3.0"}
 
 
 def test_a_package_is_kept_beside_the_checkpoint_and_named_by_what_it_was_built_from(checkpoint, translator):
-    packages = sorted(package_dir(checkpoint).glob("*.pt2"))
-    assert [p.parent for p in packages] == [checkpoint.with_name("demo.pt.compiled")]
-    assert packages[0].name.startswith("step-8rows-1t-")
-    key = compiled.package_key(translator.compiled.model, 8, 1)
-    assert key in packages[0].name and key != compiled.package_key(translator.compiled.model, 8, 2)
+    packages = sorted(p.name for p in package_dir(checkpoint).glob("*.pt2"))
+    assert {p.parent for p in package_dir(checkpoint).glob("*")} == {checkpoint.with_name("demo.pt.compiled")}
+    assert [p.rsplit("-", 1)[0] for p in packages] == ["beam2-2.3.0-8rows-1t", "beam4-2.3.0-8rows-1t", "step-8rows-1t"]
+    model = translator.compiled.model
+    key = compiled.package_key(model, "step", 8, 1)
+    assert packages[2] == f"step-8rows-1t-{key}.pt2"
+    assert len({key, compiled.package_key(model, "step", 8, 2), compiled.package_key(model, "step", 16, 1)}) == 3
     with torch.no_grad():
-        next(translator.compiled.model.parameters()).add_(1.0)
-    assert compiled.package_key(translator.compiled.model, 8, 1) != key  # other weights: another package
+        next(model.parameters()).add_(1.0)
+    assert compiled.package_key(model, "step", 8, 1) != key  # other weights: another package
 
 
 def test_a_later_process_loads_the_package_without_compiling(checkpoint, tmp_path):
@@ -119,14 +127,16 @@ def test_what_cannot_be_compiled_is_refused_in_one_line(checkpoint, options, sai
 
 def test_rows_go_to_the_next_power_of_two_and_small_steps_to_one_thread():
     assert [rows_bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 100, 128)] == [1, 2, 4, 4, 8, 8, 16, 128, 128]
+    assert [rows_bucket(n, 4) for n in (1, 2, 3, 32)] == [4, 8, 16, 128]
     assert (threads_for(8, 2), threads_for(16, 2), threads_for(32, 2), threads_for(32, 1)) == (1, 1, 2, 1)
 
 
-def test_sources_of_other_lengths_decode_the_same_in_rows_padded_to_a_bucket(translator):
-    """The decoder outside a translator: a padded source batch, beam rows padded from 6 to 8."""
+def test_sources_of_other_lengths_decode_the_same_in_sentences_padded_to_a_bucket(translator):
+    """The decoder outside a translator: a padded source batch of 3 sentences, padded to 4 of 2 beams."""
     decoder, special = translator.compiled, translator.special
-    src = torch.tensor([[5, 6, 7, 8, special.eos], [9, 10, special.eos, special.pad, special.pad]])
-    settings = SearchSettings(beam=3, nbest=2)
+    src = torch.tensor([[5, 6, 7, 8, special.eos], [9, 10, special.eos, special.pad, special.pad],
+                        [11, 12, 13, special.eos, special.pad]])
+    settings = SearchSettings(beam=2, nbest=2)
     with torch.inference_mode():
         assert_same(search.run(decoder, src, settings, special), search.run(translator.model, src, settings, special))
-    assert isinstance(decoder, CompiledDecoder) and list(decoder.runners) == [(8, 1)]
+    assert isinstance(decoder, CompiledDecoder) and translator.said == []
