@@ -158,6 +158,7 @@ class PaddedCache(StaticCache):
     def __init__(self, self_kv: Tensor, cross_kv: Tensor, memory_mask: Tensor, rows: int):
         super().__init__(self_kv, cross_kv, memory_mask)
         self.rows, self.spare = rows, torch.zeros_like(self_kv)
+        self.scalars: tuple[Tensor, Tensor, Tensor] | None = None  # a beam step's t, length penalty, min_len
 
     def reorder(self, keep: Tensor | None, parents: Tensor) -> None:
         if keep is not None:
@@ -192,7 +193,8 @@ class CompiledDecoder(StaticDecoder):
 
     def runner(self, rows: int, threads: int, K: int | None = None, special: Any = None) -> Callable[..., Any]:
         """The loaded package for `rows` rows (a bucket) on `threads` threads: the decoder's step, or with K (and
-        the tokenizer's `special` ids) a beam step. From disk, or compiled first."""
+        the tokenizer's `special` ids) a beam step. From disk, or compiled first. Called with the inputs' tensors,
+        it returns a list of the outputs'."""
         kind = "step" if K is None else f"beam{K}-{special.bos}.{special.eos}.{special.pad}"
         if (kind, rows, threads) not in self.runners:
             path = self.directory / f"{kind}-{rows}rows-{threads}t-{package_key(self.model, kind, rows, threads)}.pt2"
@@ -201,7 +203,10 @@ class CompiledDecoder(StaticDecoder):
                 module = _Step(self.model) if K is None else _BeamStep(self.model, K, special.bos, special.eos,
                                                                         special.pad)
                 build(module, example_inputs(self.model, rows, K), threads, path)
-            self.runners[kind, rows, threads] = torch._inductor.aoti_load_package(str(path))
+            # called flat (a list of tensors in, one out): the package's own __call__ parses its input and output
+            # specification from JSON at every call, about a quarter of a millisecond
+            boxed_run = torch._inductor.aoti_load_package(str(path)).loader.boxed_run
+            self.runners[kind, rows, threads] = lambda *tensors: boxed_run(list(tensors))
         return self.runners[kind, rows, threads]
 
     def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int, rows: int = 1) -> PaddedCache:
@@ -218,7 +223,7 @@ class CompiledDecoder(StaticDecoder):
         self._check_room(cache)
         bucket = cache.self_kv.size(2)
         run = self.runner(bucket, threads_for(bucket, torch.get_num_threads()))
-        logits = run(_padded(tokens, bucket, 0), cache.pos, cache.self_kv, cache.cross_kv, cache.memory_mask)
+        logits = run(_padded(tokens, bucket, 0), cache.pos, cache.self_kv, cache.cross_kv, cache.memory_mask)[0]
         cache.pos += 1
         cache.step += 1
         return logits[: tokens.numel()], None
@@ -230,16 +235,22 @@ class CompiledDecoder(StaticDecoder):
         self._check_room(cache)
         K, B, bucket = beam.K, beam.limit.numel(), cache.self_kv.size(2)
         run = self.runner(bucket, threads_for(bucket, torch.get_num_threads()), K, special)
-        divisor = length_penalty_divisor(t + 1, settings.length_penalty, settings.length_penalty_type)
+        if cache.scalars is None:  # every step's t and length penalty, made once (a tensor costs ~10 us to make)
+            T = cache.self_kv.size(4)
+            divisors = [length_penalty_divisor(i + 1, settings.length_penalty, settings.length_penalty_type)
+                        for i in range(T)]
+            cache.scalars = torch.arange(T), torch.tensor(divisors, dtype=torch.float64), torch.tensor(settings.min_len)
+        steps, divisors, min_len = cache.scalars
         out = run(_padded(tokens, bucket, 0), cache.pos, cache.self_kv, cache.cross_kv, cache.memory_mask, cache.spare,
                   _padded(beam.scores, bucket, float("-inf")), _padded(beam.finished.best, bucket // K, float("-inf")),
-                  _padded(beam.limit, bucket // K, 0), _padded(beam.row_limit, bucket, 0), torch.tensor(t),
-                  torch.tensor(divisor, dtype=torch.float64), torch.tensor(settings.min_len))
+                  _padded(beam.limit, bucket // K, 0), _padded(beam.row_limit, bucket, 0), steps[t], divisors[t],
+                  min_len)
         cache.self_kv, cache.spare = cache.spare, cache.self_kv
         cache.pos += 1
         cache.step += 1
-        chosen = Chosen(*(x[: B * K] if x.dim() == 1 and x.size(0) == bucket else x[:B] for x in out))
-        return beam.take(t, chosen, None)
+        if B * K < bucket:  # the padded sentences' part dropped
+            out = [x[: B * K] if x.dim() == 1 and x.size(0) == bucket else x[:B] for x in out]
+        return beam.take(t, Chosen(*out), None)
 
     @staticmethod
     def _check_room(cache: PaddedCache) -> None:
