@@ -96,7 +96,7 @@ from nmt import (
 )
 from nmt.precision import Precision, prepare
 from nmt.search import SearchSettings, generated_tokens
-from nmt.search.compiled import CompiledDecoder, rows_bucket, threads_for
+from nmt.search.compiled import CompiledDecoder, pays, rows_bucket, threads_for
 from nmt.threads import FreeCores
 
 BEAM, ALPHA = 4, 0.6
@@ -216,9 +216,10 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
     rows = []
     for batch in map(int, args.batches.split(",")):
         src = sources(batch, vocab, ids).to(device)
-        fns = {"ours": ours_fn(compiled or ours_model, src, args.length, ids, not args.fixed_threads),
+        small = compiled is not None and pays(batch, BEAM)  # as nmt translate --compile decides
+        fns = {"ours": ours_fn(compiled if small else ours_model, src, args.length, ids, not args.fixed_threads),
                "hf": hf_fn(hf_model, src, args.length, ids)}
-        if compiled is not None:  # ours as without --compile, for the ratio; compiled for every thread count first
+        if small:  # ours as without --compile, for the ratio; compiled for every thread count first
             fns["eager"] = ours_fn(ours_model, src, args.length, ids, not args.fixed_threads)
             bucket = rows_bucket(batch * BEAM)
             for threads in {1, args.threads}:
@@ -239,7 +240,7 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
         for machine in ("quiet", "busy") if args.busy else ("quiet",):
             with Neighbour() if machine == "busy" else contextlib.nullcontext(), OtherLoad() as load:
                 times = interleaved(timed, args.repeats, args.warmup, clock=args.clock, pause=0.0 if gpu else 0.3)
-            row = [name, str(batch), machine, str(load), *cells(times, batch, args.length)]
+            row = [name, str(batch), machine, str(load), *cells(times, batch, args.length, args.compile)]
             if args.floor and args.dtype != "int8":  # quantized linears are not aten matrix multiplies
                 sec = {k: median(v) for k, v in times.items()}
                 floor = gemm_floor(fns["ours"][0], args.repeats, args.clock, device, gpu)
@@ -263,15 +264,16 @@ def openmp_waiting() -> str:
     return " ".join(said) or "libgomp's default"
 
 
-def cells(times: dict[str, list[float]], batch: int, length: int) -> list[str]:
+def cells(times: dict[str, list[float]], batch: int, length: int, eager: bool = False) -> list[str]:
     """A row's speeds (tokens/s, sentences/s per contestant) and ratios (ours / peer: of the medians, and in
-    brackets the median of each round's ratio)."""
+    brackets the median of each round's ratio); `eager`: with the columns of ours without --compile ("-" where ours
+    ran eagerly itself)."""
     sec = {k: median(v) for k, v in times.items()}
     paired = {k: median([p / o for o, p in zip(times["ours"], times[k], strict=True)]) for k in times}
     row = []
-    for k in ("ours", "hf", "ct2", "ct2-nmt", *EAGER[: "eager" in sec]):
+    for k in ("ours", "hf", "ct2", "ct2-nmt", *EAGER[:eager]):
         row += [f"{batch * length / sec[k]:,.0f}", f"{batch / sec[k]:,.1f}"] if k in sec else ["-", "-"]
-    peers = ("hf", "ct2", "ct2-nmt", *EAGER[: "eager" in sec])
+    peers = ("hf", "ct2", "ct2-nmt", *EAGER[:eager])
     return row + [f"{sec[k] / sec['ours']:.2f} ({paired[k]:.2f})" if k in sec else "-" for k in peers]
 
 
@@ -306,8 +308,9 @@ def main() -> None:
                    help="also time every cell beside one busy-loop process (a second row, 'busy'): what a shared "
                         "machine leaves of each contestant's speed")
     p.add_argument("--compile", action="store_true",
-                   help="fp32 on CPU: ours through its compiled decoder step (nmt translate --compile), with ours "
-                        "as without it beside (eager); packages compiled on first use into --compile-dir")
+                   help="fp32 on CPU: ours through its compiled decoder step where nmt translate --compile uses it "
+                        "(up to nmt.search.compiled.MAX_ROWS rows), with ours as without it beside (eager); packages "
+                        "compiled on first use into --compile-dir")
     p.add_argument("--compile-dir", default=str(Path.home() / ".cache" / "nmt" / "bench-compiled"),
                    help="where --compile keeps its packages (a second run loads them)")
     p.add_argument("--as-gpu", action="store_true", help=argparse.SUPPRESS)  # the GPU path on CPU: tests its logic

@@ -18,6 +18,7 @@ instruction set, rows, threads): a changed checkpoint or a new torch builds a ne
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import sys
 import tempfile
@@ -37,6 +38,14 @@ from nmt.search.static import StaticCache, StaticDecoder, static_step
 # NMT_COMPILE_AUTOTUNE=0 compiles in a third of the time a package that runs slower
 AUTOTUNE = os.environ.get("NMT_COMPILE_AUTOTUNE", "1") != "0"
 SMALL_ROWS = 16  # up to this many rows a step runs on one thread: a second one waits more than it helps
+# the most rows a search runs compiled: beyond, the eager step is as fast (bench/translate.py --compile: the base
+# model's 128 rows ran at half their eager speed, the tiny model's at 1.13x)
+MAX_ROWS = 16
+
+
+def pays(sentences: int, per: int) -> bool:
+    """Whether a search of `sentences` sentences of `per` rows each (its beam) runs compiled (MAX_ROWS)."""
+    return rows_bucket(sentences, per) <= MAX_ROWS
 
 
 def rows_bucket(sentences: int, per: int = 1) -> int:
@@ -142,13 +151,24 @@ def build(module: nn.Module, inputs: tuple[Tensor, ...], threads: int, path: Pat
             os.close(fd)
             try:
                 tuned = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"} if AUTOTUNE else {}
-                torch._inductor.aoti_compile_and_package(program, package_path=tmp,
-                                                         inductor_configs={"freezing": True, **tuned})
+                inductor = importlib.import_module("torch._inductor")  # here only: it takes seconds to import
+                inductor.aoti_compile_and_package(program, package_path=tmp,
+                                                  inductor_configs={"freezing": True, **tuned})
                 os.replace(tmp, path)
             finally:
                 Path(tmp).unlink(missing_ok=True)
     finally:
         torch.set_num_threads(wanted)
+
+
+def load(path: Path) -> Any:
+    """The package's loader, called flat (`boxed_run`: a list of tensors in, a list out). Not through
+    torch._inductor.aoti_load_package: importing torch._inductor takes seconds at every start, and the loaded model's
+    __call__ parses its input and output specification from JSON at every step (about a quarter of a millisecond)."""
+    try:
+        return torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
+    except (AttributeError, RuntimeError, TypeError):  # another torch's loader: its public way
+        return importlib.import_module("torch._inductor").aoti_load_package(str(path)).loader
 
 
 class PaddedCache(StaticCache):
@@ -203,9 +223,7 @@ class CompiledDecoder(StaticDecoder):
                 module = _Step(self.model) if K is None else _BeamStep(self.model, K, special.bos, special.eos,
                                                                         special.pad)
                 build(module, example_inputs(self.model, rows, K), threads, path)
-            # called flat (a list of tensors in, one out): the package's own __call__ parses its input and output
-            # specification from JSON at every call, about a quarter of a millisecond
-            boxed_run = torch._inductor.aoti_load_package(str(path)).loader.boxed_run
+            boxed_run = load(path).boxed_run
             self.runners[kind, rows, threads] = lambda *tensors: boxed_run(list(tensors))
         return self.runners[kind, rows, threads]
 

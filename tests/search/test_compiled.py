@@ -105,6 +105,13 @@ def test_a_later_process_loads_the_package_without_compiling(checkpoint, tmp_pat
     assert fast.stdout == eager.stdout and len(fast.stdout.splitlines()) == 2
 
 
+def test_a_batch_of_more_rows_than_pay_runs_eagerly(translator):
+    lines = LINES * 4  # 8 sentences of 4 beams: 32 rows, more than compiled.MAX_ROWS
+    got, want = eager_and_compiled(translator, lines, beam=4)
+    assert [t.text for t in got] == [t.text for t in want]
+    assert translator.said == [] and translator.compiled.runners == {}
+
+
 def test_a_search_that_needs_attention_runs_eagerly(translator):
     results = translator.translate_chunk(LINES, decode=translator.decode_with(beam=2), need_attention=True)
     assert all(r.hypotheses[0].attention is not None for r in results)
