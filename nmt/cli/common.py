@@ -43,8 +43,8 @@ CompileOpt = Annotated[bool, typer.Option(
     "--compile", help="CPU, float32: greedy and beam search through a compiled decoder step (AOTInductor), several "
                       "times faster at small batches. The first use of each row count compiles it (about a minute on "
                       "two cores) and saves it beside the checkpoint (CHECKPOINT.compiled/), so later runs only load "
-                      "it. Searches that need attention (--alignment, --attention, glossaries) or sample run as "
-                      "without it.")]
+                      "it. Batches of more than 16 rows (sentences x beam) and searches that need attention "
+                      "(--alignment, --attention, glossaries, documents) or sample run as without it.")]
 
 
 def print_error(message: str) -> None:

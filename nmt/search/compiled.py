@@ -35,7 +35,7 @@ from nmt.search.settings import SearchSettings
 from nmt.search.static import StaticCache, StaticDecoder, static_step
 
 # Inductor's GEMM autotuning: its C++ micro-kernels where they beat ATen's, what makes the step fast; the environment's
-# NMT_COMPILE_AUTOTUNE=0 compiles in a third of the time a package that runs slower
+# NMT_COMPILE_AUTOTUNE=0 compiles in about half the time a package that runs slower
 AUTOTUNE = os.environ.get("NMT_COMPILE_AUTOTUNE", "1") != "0"
 SMALL_ROWS = 16  # up to this many rows a step runs on one thread: a second one waits more than it helps
 # the most rows a search runs compiled: beyond, the eager step is as fast (bench/translate.py --compile: the base
