@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +111,9 @@ class Translator:
         if self.device.type != "cpu" or self.precision.name != "fp32":
             raise NmtError(f"--compile runs float32 on a CPU; this is {self.precision} on {self.device.type}: "
                            "drop --compile, or use --device cpu --dtype fp32 without --quantize")
+        if not any(map(shutil.which, (os.environ.get("CXX", "g++"), "g++", "clang++", "c++"))):
+            raise NmtError("--compile needs a C++ compiler to build its packages (g++ or clang++, or one named by "
+                           "CXX): install one, or drop --compile")
         plain = ckpt.build_model(self.tokenizer).eval()
         return CompiledDecoder(plain, package_dir(ckpt.path), self.warn_compile, eager=self.model)
 

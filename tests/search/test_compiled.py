@@ -132,6 +132,12 @@ def test_what_cannot_be_compiled_is_refused_in_one_line(checkpoint, options, sai
             raise
 
 
+def test_without_a_cxx_compiler_compile_is_refused_in_one_line(checkpoint, monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(NmtError, match="--compile needs a C\\+\\+ compiler"):
+        Translator.load(checkpoint, None, ModelOptions(config_given=False, compile=True))
+
+
 def test_rows_go_to_the_next_power_of_two_and_small_steps_to_one_thread():
     assert [rows_bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 100, 128)] == [1, 2, 4, 4, 8, 8, 16, 128, 128]
     assert [rows_bucket(n, 4) for n in (1, 2, 3, 32)] == [4, 8, 16, 128]
