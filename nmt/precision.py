@@ -147,18 +147,18 @@ def prepare(model: nn.Module, device: torch.device, precision: Precision, traini
 
 
 def use_tf32(enabled: bool) -> None:
-    """Training on a GPU: fp32 matrix products and convolutions on the tensor cores in TF32 (fp32 range, a
-    10-bit mantissa), as most trainers compute the fp32 parts of mixed precision (and fp32 runs); ~8x the
-    fp32 throughput on an A100/H100. Off for decoding: `--dtype fp32` there means fp32 (bf16/fp16 are the
-    fast choices). Process-wide: torch's own switch, for CUDA only (CPU products keep their precision).
-    torch >= 2.9 documents per-backend `fp32_precision` and makes mixing it with `allow_tf32` an error;
-    older torch has `allow_tf32` alone."""
+    """Training on a GPU: fp32 matrix products on the tensor cores in TF32 (fp32 range, a 10-bit mantissa), as
+    most trainers compute the fp32 parts of mixed precision (and fp32 runs); ~8x the fp32 throughput on an
+    A100/H100. Off for decoding: `--dtype fp32` there means fp32 (bf16/fp16 are the fast choices). Process-wide:
+    torch's own switch, for CUDA matrix products only (CPU products keep their precision). cuDNN's switches are
+    left alone: a Transformer has no convolution or RNN, and torch >= 2.9 raises on its legacy cuDNN query (which
+    torch.export makes: nmt.search.compiled) once its convolution and RNN switches differ. torch >= 2.9 documents
+    per-backend `fp32_precision` and makes mixing it with `allow_tf32` an error; older torch has `allow_tf32`
+    alone."""
     if _PER_BACKEND_TF32:
         torch.backends.cuda.matmul.fp32_precision = "tf32" if enabled else "ieee"
-        torch.backends.cudnn.conv.fp32_precision = "tf32" if enabled else "ieee"
     else:
         torch.backends.cuda.matmul.allow_tf32 = enabled
-        torch.backends.cudnn.allow_tf32 = enabled
 
 
 def tf32_enabled() -> bool:

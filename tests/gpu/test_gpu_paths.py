@@ -250,13 +250,15 @@ def test_gpu_training_computes_fp32_in_tf32_and_decoding_does_not(monkeypatch):
         precision.prepare(Model(), torch.device("cuda", 0), precision.Precision("bf16"), training=True)
         assert precision.tf32_enabled()
         if precision._PER_BACKEND_TF32:  # the documented switches, not the legacy ones (mixing is an error)
-            assert torch.backends.cuda.matmul.fp32_precision == "tf32" == torch.backends.cudnn.conv.fp32_precision
+            assert torch.backends.cuda.matmul.fp32_precision == "tf32"
             assert torch.backends.mkldnn.matmul.fp32_precision != "tf32"  # CPU products untouched
+            assert torch.backends.cudnn.conv.fp32_precision == torch.backends.cudnn.rnn.fp32_precision  # untouched
         else:
-            assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+            assert torch.backends.cuda.matmul.allow_tf32
         monkeypatch.setattr(precision.kernels, "swap_linears", lambda *a, **k: pytest.fail("CPU kernels on a GPU"))
         precision.prepare(Model(), torch.device("cuda", 0), precision.Precision("fp32"), training=False)
         assert not precision.tf32_enabled()  # fp32 decoding: fp32
+        torch._C._get_cudnn_allow_tf32()  # torch.export's query of cuDNN's switches does not raise
     finally:
         precision.use_tf32(before)
 
