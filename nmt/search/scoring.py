@@ -92,19 +92,21 @@ def step_log_probs(logits: Tensor, at_limit: Tensor | None, bos: int, eos: int, 
     """float32 log-probabilities [N, V] (normalised over the whole vocabulary) with PAD and BOS made
     impossible, EOS too while the output is `too_short` (shorter than min_len) and, in rows at their length
     limit (at_limit [N]; None: no row is), everything but EOS, which keeps its real log-probability: the limit
-    wins over min_len. `too_short` may be a 0-d bool tensor (with at_limit given), as in a compiled step.
-    One mask, filled once: no boolean indexing (no step waits for the device) and nothing written in place, so that
-    a compiled step (nmt.search.compiled) is one fused kernel. One log_softmax kernel: on CPU faster than
-    subtracting a logsumexp from the logits."""
-    vocab = torch.arange(logits.size(-1), device=logits.device)
-    is_eos = vocab.eq(eos)
-    impossible = (vocab.eq(pad) | vocab.eq(bos))[None, :]  # [1, V]
-    if isinstance(too_short, Tensor) or too_short:
-        eos_too = too_short if at_limit is None else too_short & ~at_limit[:, None]  # [N, 1] or a bool
-        impossible = impossible | (is_eos & eos_too)
+    wins over min_len. `too_short` may be a 0-d bool tensor (with at_limit given), as in a compiled step
+    (nmt.search.compiled). Masks, not boolean indexing, so that no step waits for the device. One log_softmax
+    kernel: on CPU faster than subtracting a logsumexp from the logits."""
+    logprobs = F.log_softmax(logits.float(), dim=-1)
+    logprobs[:, pad] = float("-inf")
+    logprobs[:, bos] = float("-inf")
+    if isinstance(too_short, Tensor) or (too_short and at_limit is not None):
+        logprobs[:, eos] = logprobs[:, eos].masked_fill(too_short & ~at_limit, float("-inf"))
+    elif too_short:
+        logprobs[:, eos] = float("-inf")
     if at_limit is not None:
-        impossible = impossible | (at_limit[:, None] & ~is_eos)
-    return F.log_softmax(logits.float(), dim=-1).masked_fill(impossible, float("-inf"))
+        eos_logprobs = logprobs[:, eos].clone()
+        logprobs.masked_fill_(at_limit[:, None], float("-inf"))
+        logprobs[:, eos] = eos_logprobs
+    return logprobs
 
 
 def step_attention(attention: Tensor | None, layer: int) -> Tensor | None:
