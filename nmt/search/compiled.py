@@ -107,7 +107,7 @@ def package_key(model: nn.Module, kind: str, rows: int, threads: int) -> str:
     kind (the step, or a beam step with its beam and special ids), torch's version, the CPU's instruction set, rows,
     threads and AUTOTUNE."""
     h = hashlib.sha256()
-    for path in (Path(sys.modules[type(model).__module__].__file__), *Path(__file__).parent.glob("*.py")):
+    for path in (Path(sys.modules[type(model).__module__].__file__), *sorted(Path(__file__).parent.glob("*.py"))):
         h.update(path.read_bytes())
     cpu = torch.backends.cpu.get_cpu_capability()
     h.update(f"{torch.__version__}|{cpu}|{kind}|{rows}|{threads}|{AUTOTUNE}".encode())
