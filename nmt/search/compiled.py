@@ -1,6 +1,8 @@
-"""A compiled decoder step (`nmt translate --compile`, `nmt serve --compile`): the static-shape step of
-nmt.search.static compiled ahead of time by AOTInductor into a package that is saved on disk, so the compile is paid
-once per model, row bucket, thread count and machine, and a later start only loads it (milliseconds).
+"""A compiled search step (`nmt translate --compile`, `nmt serve --compile`): for beam search the whole step (the
+static-shape decoder step of nmt.search.static, step_log_probs, nmt.search.beam's beam_rule, the cache's reorder), for
+greedy search the decoder's step, compiled ahead of time by AOTInductor into a package that is saved on disk, so the
+compile is paid once per model, row bucket, thread count and machine, and a later start only loads it
+(milliseconds). Only searches of up to MAX_ROWS rows run compiled.
 
 Why compile: at a few rows a step is hundreds of small operators, each paying PyTorch's dispatch and a library call,
 and torch's float32 matrix multiply (MKL's sgemm) runs small-M products slowly on some CPUs (AMD EPYC). Inductor with
