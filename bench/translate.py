@@ -221,7 +221,7 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
                "hf": hf_fn(hf_model, src, args.length, ids)}
         if small:  # ours as without --compile, for the ratio; compiled for every thread count first
             fns["eager"] = ours_fn(ours_model, src, args.length, ids, not args.fixed_threads)
-            bucket = rows_bucket(batch * BEAM)
+            bucket = rows_bucket(batch, BEAM)
             for threads in {1, args.threads}:
                 compiled.runner(bucket, threads_for(bucket, threads), BEAM, ids)
         if ct2 is not None and (ct2_run := ct2_fn(ct2, src, args.length, device, CT2_TYPES[args.dtype],

@@ -182,13 +182,10 @@ class PaddedCache(StaticCache):
         self.rows, self.spare = rows, torch.zeros_like(self_kv)
         self.scalars: tuple[Tensor, Tensor, Tensor] | None = None  # a beam step's t, length penalty, min_len
 
-    def reorder(self, keep: Tensor | None, parents: Tensor) -> None:
-        if keep is not None:
-            raise ValueError("a static cache keeps every sentence's rows to the end of the search")
-        B, per = parents.shape
-        index = (parents + torch.arange(B, device=parents.device)[:, None] * per).flatten()
-        spare = torch.arange(self.rows, self.self_kv.size(2), device=index.device)
-        self.self_kv = self.self_kv.index_select(2, torch.cat([index, spare]))
+    def rows_after(self, parents: Tensor) -> Tensor:
+        """The search's rows as StaticCache has them, the padding rows after them staying where they are."""
+        spare = torch.arange(self.rows, self.self_kv.size(2), device=parents.device)
+        return torch.cat([super().rows_after(parents), spare])
 
 
 def _padded(x: Tensor, size: int, value: float) -> Tensor:
@@ -271,8 +268,3 @@ class CompiledDecoder(StaticDecoder):
         if B * K < bucket:  # the padded sentences' part dropped
             out = [x[: B * K] if x.dim() == 1 and x.size(0) == bucket else x[:B] for x in out]
         return beam.take(t, Chosen(*out), None)
-
-    @staticmethod
-    def _check_room(cache: PaddedCache) -> None:
-        if cache.step >= cache.self_kv.size(4):
-            raise ValueError(f"a static cache of {cache.self_kv.size(4)} positions is full")

@@ -35,9 +35,12 @@ class StaticCache:
         """Row q of sentence b continues row parents[b, q] of the same sentence (no sentence leaves: `keep` None)."""
         if keep is not None:
             raise ValueError("a static cache keeps every sentence's rows to the end of the search")
+        self.self_kv = self.self_kv.index_select(2, self.rows_after(parents).to(self.self_kv.device))
+
+    def rows_after(self, parents: Tensor) -> Tensor:
+        """The cache row each row continues: parents [B, rows] (a row of the same sentence) as rows of the cache."""
         B, rows = parents.shape
-        index = (parents + torch.arange(B, device=parents.device)[:, None] * rows).flatten()
-        self.self_kv = self.self_kv.index_select(2, index.to(self.self_kv.device))
+        return (parents + torch.arange(B, device=parents.device)[:, None] * rows).flatten()
 
 
 class _Layer:
@@ -93,10 +96,14 @@ class StaticDecoder:
 
     def decode_step(self, tokens: Tensor, cache: StaticCache, need_attention: bool = False
                     ) -> tuple[Tensor, Tensor | None]:
-        if cache.step >= cache.self_kv.size(4):
-            raise ValueError(f"a static cache of {cache.self_kv.size(4)} positions is full")
+        self._check_room(cache)
         logits, attention = self.step_fn(self.model, tokens, cache.pos, cache.self_kv, cache.cross_kv,
                                          cache.memory_mask, need_attention)
         cache.pos += 1
         cache.step += 1
         return logits, attention
+
+    @staticmethod
+    def _check_room(cache: StaticCache) -> None:
+        if cache.step >= cache.self_kv.size(4):
+            raise ValueError(f"a static cache of {cache.self_kv.size(4)} positions is full")
