@@ -210,7 +210,7 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
         ours_model = kernels.swap_linears(ours_model) if args.unpacked else ours_model
     else:  # ours exactly as `nmt translate` runs it on this device
         ours_model = prepare(ours_model, device, precision, training=False)
-    compiled = compiled_decoder(plain, ours_model, name, args) if plain is not None else None
+    compiled = compiled_decoder(plain, name, args) if plain is not None else None
     if ct2 is None and use_ct2:
         print("ctranslate2 is not installed: skipping it (pip install ctranslate2)", file=sys.stderr)
     rows = []
@@ -223,7 +223,8 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
             fns["eager"] = ours_fn(ours_model, src, args.length, ids, not args.fixed_threads)
             bucket = rows_bucket(batch, BEAM)
             for threads in {1, args.threads}:
-                compiled.runner(bucket, threads_for(bucket, threads), BEAM, ids)
+                compiled.runner(bucket, threads_for(bucket, threads, compiled.step_bytes), BEAM, ids)
+                compiled.runner(0, threads_for(batch, threads, compiled.step_bytes), encoder=True)
         if ct2 is not None and (ct2_run := ct2_fn(ct2, src, args.length, device, CT2_TYPES[args.dtype],
                                                   args.threads, args.clock, ids.pad, (BEAM, ALPHA))):
             fns["ct2"] = ct2_run
@@ -249,13 +250,13 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
     return rows
 
 
-def compiled_decoder(plain, eager, name: str, args):
+def compiled_decoder(plain, name: str, args):
     """Ours through nmt.search.compiled (--compile): its packages in --compile-dir, compiled there on first use."""
 
     if args.dtype != "fp32" or args.device != "cpu":
         raise SystemExit("error: --compile times float32 on the CPU")
     announce = lambda message: print(f"{name}: {message}", flush=True)  # noqa: E731
-    return CompiledDecoder(plain.eval(), Path(args.compile_dir), announce, eager=eager)
+    return CompiledDecoder(plain.eval(), Path(args.compile_dir), announce)
 
 
 def openmp_waiting() -> str:

@@ -1,8 +1,9 @@
 """A compiled search step (`nmt translate --compile`, `nmt serve --compile`): for beam search the whole step (the
 static-shape decoder step of nmt.search.static, step_log_probs, nmt.search.beam's beam_rule, the cache's reorder), for
-greedy search the decoder's step, compiled ahead of time by AOTInductor into a package that is saved on disk, so the
-compile is paid once per model, row bucket, thread count and machine, and a later start only loads it
-(milliseconds). Only searches of up to MAX_ROWS rows run compiled.
+greedy search the decoder's step, and the encoder with the decoder's cross-attention keys/values, compiled ahead of
+time by AOTInductor into packages that are saved on disk, so the compile is paid once per model, row bucket, thread
+count and machine, and a later start only loads them (milliseconds). Only searches of up to MAX_ROWS rows run
+compiled.
 
 Why compile: at a few rows a step is hundreds of small operators, each paying PyTorch's dispatch and a library call,
 and torch's float32 matrix multiply (MKL's sgemm) runs small-M products slowly on some CPUs (AMD EPYC). Inductor with
@@ -11,8 +12,9 @@ AOTInductor calls it all from C++ with no Python in between. `python bench/trans
 
 Shapes: a package serves one row count, since the GEMM template specialises on the matrices' M. A batch of N rows runs
 in the package of the next power of two, its extra rows padded (token 0 against a one-position source) and dropped.
-The source length and the cache's capacity are dynamic: one package serves every batch of its rows. The kernels'
-thread count is fixed when they are compiled, so it is part of a package's key too.
+The source length and the cache's capacity are dynamic: one package serves every batch of its rows. The encoder's
+package serves any batch and source length. The kernels' thread count is fixed when they are compiled, so it is part
+of a package's key too.
 
 A package is named by what it was built from (the weights, the model's and this module's code, torch, the CPU's
 instruction set, rows, threads): a changed checkpoint or a new torch builds a new one. Float32 on a CPU only."""
@@ -34,12 +36,16 @@ from torch import Tensor, nn
 from nmt.search.beam import Beam, Chosen, beam_rule
 from nmt.search.scoring import Move, length_penalty_divisor, step_log_probs
 from nmt.search.settings import SearchSettings
-from nmt.search.static import StaticCache, StaticDecoder, static_step
+from nmt.search.static import StaticCache, StaticDecoder, cross_keys_values, static_step
 
 # Inductor's GEMM autotuning: its C++ micro-kernels where they beat ATen's, what makes the step fast; the environment's
 # NMT_COMPILE_AUTOTUNE=0 compiles in about half the time a package that runs slower
 AUTOTUNE = os.environ.get("NMT_COMPILE_AUTOTUNE", "1") != "0"
-SMALL_ROWS = 16  # up to this many rows a step runs on one thread: a second one waits more than it helps
+# a step of up to SMALL_ROWS rows over up to SMALL_BYTES of weights runs on one thread, a second one waiting more than
+# it helps; bigger weights are read from memory, and two cores read them faster (bench/translate.py --compile: the
+# base model's 105 MB step at 4 rows in 22 ms on one thread, 13 ms on two; the tiny model's 6 MB faster on one)
+SMALL_ROWS = 16
+SMALL_BYTES = 16 << 20
 # the most rows a search runs compiled: beyond, the eager step is as fast (bench/translate.py --compile: the base
 # model's 128 rows ran at half their eager speed, the tiny model's at 1.13x)
 MAX_ROWS = 16
@@ -56,9 +62,16 @@ def rows_bucket(sentences: int, per: int = 1) -> int:
     return per << max(0, sentences - 1).bit_length()
 
 
-def threads_for(rows: int, threads: int) -> int:
-    """The thread count a step of `rows` rows runs (and is compiled) with, `threads` being the batch's."""
-    return 1 if rows <= SMALL_ROWS else max(1, threads)
+def threads_for(rows: int, threads: int, weight_bytes: int) -> int:
+    """The thread count a step of `rows` rows over `weight_bytes` of weights (step_bytes) runs, and is compiled,
+    with, `threads` being the batch's."""
+    return 1 if rows <= SMALL_ROWS and weight_bytes <= SMALL_BYTES else max(1, threads)
+
+
+def step_bytes(model: nn.Module) -> int:
+    """The bytes of weights a decoder step reads: its layers' and the output projection's."""
+    weights = [*model.decoder_layers.parameters(), *model.output.parameters()]
+    return sum(w.numel() * w.element_size() for w in {id(w): w for w in weights}.values())
 
 
 class _Step(nn.Module):
@@ -91,6 +104,19 @@ class _BeamStep(nn.Module):
         # reordered into the other buffer: in place, a gather of rows would need a temporary copy of them anyway
         spare_kv.copy_(self_kv.index_select(2, chosen.parent_rows))
         return tuple(chosen)
+
+
+class _Encode(nn.Module):
+    """The encoder and every decoder layer's cross-attention keys/values of its output, for any batch and source
+    length: src [B, S] -> cross_kv [L, 2, B, H, S, Dh], src_pad_mask [B, S] (True: padding)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        memory, src_pad_mask = self.model.encode(src)
+        return cross_keys_values(self.model, memory), src_pad_mask
 
 
 def package_dir(checkpoint: Path | None) -> Path:
@@ -135,14 +161,22 @@ def example_inputs(model: nn.Module, rows: int, K: int | None) -> tuple[Tensor, 
             torch.ones((), dtype=torch.float64), torch.zeros((), dtype=torch.long))
 
 
-def build(module: nn.Module, inputs: tuple[Tensor, ...], threads: int, path: Path) -> None:
-    """Compile `module` (a _Step or _BeamStep) for these inputs' shapes, the source length and the cache's
-    capacity left free, on `threads` threads, into the package `path` (written whole, then renamed: a killed compile
-    leaves no half package)."""
+def free_dims(module: nn.Module, inputs: tuple[Tensor, ...]) -> tuple[dict[int, Any] | None, ...]:
+    """The dimensions of a package's inputs left free: a step's source length S and cache capacity T (in the
+    inputs of example_inputs), the encoder's batch and source length."""
     positions = module.model.max_positions
     S = torch.export.Dim("S", min=1, max=positions)
+    if isinstance(module, _Encode):
+        return ({0: torch.export.Dim("B", min=1, max=1 << 16), 1: S},)
     T = torch.export.Dim("T", min=2, max=positions + 1)
-    shapes = (None, None, {4: T}, {4: S}, {3: S}, *([{4: T}] if len(inputs) > 5 else []), *[None] * (len(inputs) - 6))
+    return (None, None, {4: T}, {4: S}, {3: S}, *([{4: T}] if len(inputs) > 5 else []), *[None] * (len(inputs) - 6))
+
+
+def build(module: nn.Module, inputs: tuple[Tensor, ...], threads: int, path: Path) -> None:
+    """Compile `module` (a _Step, _BeamStep or _Encode) for these inputs' shapes, the free_dims left free, on
+    `threads` threads, into the package `path` (written whole, then renamed: a killed compile leaves no half
+    package)."""
+    shapes = free_dims(module, inputs)
     wanted = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -195,41 +229,57 @@ def _padded(x: Tensor, size: int, value: float) -> Tensor:
 
 
 class CompiledDecoder(StaticDecoder):
-    """`model` (float32, on the CPU, plain nn.Linear layers) as nmt.search.loop.run uses a model, each step through
-    its compiled package: `beam_step` a whole beam search step, `decode_step` the decoder's alone (greedy search).
-    Packages are looked for, and saved, in `directory`; `announce(message)` is told before a compile (about a minute
-    each on two cores). `eager`: the same model as it runs eagerly (nmt.precision.prepare's packed layers), which
-    encodes the source; default `model`."""
+    """`model` (float32, on the CPU, plain nn.Linear layers) as nmt.search.loop.run uses a model, through compiled
+    packages: `encode` the encoder (with every layer's cross-attention keys/values), `beam_step` a whole beam search
+    step, `decode_step` the decoder's step alone (greedy search). Packages are looked for, and saved, in
+    `directory`; `announce(message)` is told before a compile (about a minute each on two cores)."""
 
-    def __init__(self, model: nn.Module, directory: Path, announce: Callable[[str], None] = lambda _: None,
-                 eager: nn.Module | None = None):
+    def __init__(self, model: nn.Module, directory: Path, announce: Callable[[str], None] = lambda _: None):
         super().__init__(model)
-        self.directory, self.announce, self.eager = Path(directory), announce, eager or model
+        self.directory, self.announce = Path(directory), announce
         self.runners: dict[tuple[str, int, int], Callable[..., Any]] = {}
+        self.step_bytes = step_bytes(model)
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        return self.eager.encode(src)
+        """src [B, S] -> every decoder layer's cross-attention keys/values [L, 2, B, H, S, Dh] in the place of the
+        encoder's output (the search only hands it to init_cache, and cross_kv passes it on), and src_pad_mask."""
+        threads = threads_for(src.size(0), torch.get_num_threads(), self.step_bytes)  # a step's, at its batch
+        cross_kv, src_pad_mask = self.runner(0, threads, encoder=True)(src.contiguous())
+        return cross_kv, src_pad_mask
 
-    def runner(self, rows: int, threads: int, K: int | None = None, special: Any = None) -> Callable[..., Any]:
-        """The loaded package for `rows` rows (a bucket) on `threads` threads: the decoder's step, or with K (and
-        the tokenizer's `special` ids) a beam step. From disk, or compiled first. Called with the inputs' tensors,
-        it returns a list of the outputs'."""
-        kind = "step" if K is None else f"beam{K}-{special.bos}.{special.eos}.{special.pad}"
+    def cross_kv(self, memory: Tensor) -> Tensor:
+        return memory  # encode computed them
+
+    def runner(self, rows: int, threads: int, K: int | None = None, special: Any = None,
+               encoder: bool = False) -> Callable[..., Any]:
+        """The loaded package for `rows` rows (a bucket) on `threads` threads: the decoder's step, with K (and the
+        tokenizer's `special` ids) a beam step, with `encoder` the encoder (any batch: rows 0). From disk, or
+        compiled first. Called with the inputs' tensors, it returns a list of the outputs'."""
+        kind = "encode" if encoder else "step" if K is None else f"beam{K}-{special.bos}.{special.eos}.{special.pad}"
         if (kind, rows, threads) not in self.runners:
-            path = self.directory / f"{kind}-{rows}rows-{threads}t-{package_key(self.model, kind, rows, threads)}.pt2"
+            shape = f"{rows}rows-{threads}t" if rows else f"{threads}t"
+            path = self.directory / f"{kind}-{shape}-{package_key(self.model, kind, rows, threads)}.pt2"
             if not path.exists():
-                self.announce(f"compiling the decoder's {kind} for {rows} rows on {threads} thread(s), once: {path}")
-                module = _Step(self.model) if K is None else _BeamStep(self.model, K, special.bos, special.eos,
-                                                                        special.pad)
-                build(module, example_inputs(self.model, rows, K), threads, path)
+                what = "encoder" if encoder else f"decoder's {kind} for {rows} rows"
+                self.announce(f"compiling the {what} on {threads} thread(s), once: {path}")
+                build(self._module(kind, K, special), self._inputs(kind, rows, K), threads, path)
             boxed_run = load(path).boxed_run
             self.runners[kind, rows, threads] = lambda *tensors: boxed_run(list(tensors))
         return self.runners[kind, rows, threads]
 
+    def _module(self, kind: str, K: int | None, special: Any) -> nn.Module:
+        if kind == "encode":
+            return _Encode(self.model)
+        return _Step(self.model) if K is None else _BeamStep(self.model, K, special.bos, special.eos, special.pad)
+
+    def _inputs(self, kind: str, rows: int, K: int | None) -> tuple[Tensor, ...]:
+        """Example inputs: a step's (example_inputs), or 3 sources of 7 tokens (none of them padding)."""
+        return (torch.full((3, 7), self.model.pad_id + 1),) if kind == "encode" else example_inputs(self.model, rows, K)
+
     def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int, rows: int = 1) -> PaddedCache:
         """The static cache of `rows` rows per sentence, in a bucket's rows (nmt.search.static)."""
         cache = super().init_cache(memory, src_pad_mask, max_len, rows)
-        N, bucket = cache.self_kv.size(2), rows_bucket(memory.size(0), rows)
+        N, bucket = cache.self_kv.size(2), rows_bucket(src_pad_mask.size(0), rows)
         pad = lambda kv: torch.cat([kv, kv.new_zeros(*kv.shape[:2], bucket - N, *kv.shape[3:])], dim=2)  # noqa: E731
         return PaddedCache(pad(cache.self_kv), pad(cache.cross_kv), _padded(cache.memory_mask, bucket, True), N)
 
@@ -239,7 +289,7 @@ class CompiledDecoder(StaticDecoder):
             raise ValueError("the compiled step gives no attention: decode with the model itself")
         self._check_room(cache)
         bucket = cache.self_kv.size(2)
-        run = self.runner(bucket, threads_for(bucket, torch.get_num_threads()))
+        run = self.runner(bucket, threads_for(bucket, torch.get_num_threads(), self.step_bytes))
         logits = run(_padded(tokens, bucket, 0), cache.pos, cache.self_kv, cache.cross_kv, cache.memory_mask)[0]
         cache.pos += 1
         cache.step += 1
@@ -251,7 +301,7 @@ class CompiledDecoder(StaticDecoder):
         beam rule, the cache's reorder. Its sentences are padded to the bucket's (scores -inf, done at once)."""
         self._check_room(cache)
         K, B, bucket = beam.K, beam.limit.numel(), cache.self_kv.size(2)
-        run = self.runner(bucket, threads_for(bucket, torch.get_num_threads()), K, special)
+        run = self.runner(bucket, threads_for(bucket, torch.get_num_threads(), self.step_bytes), K, special)
         if cache.scalars is None:  # every step's t and length penalty, made once (a tensor costs ~10 us to make)
             T = cache.self_kv.size(4)
             divisors = [length_penalty_divisor(i + 1, settings.length_penalty, settings.length_penalty_type)

@@ -71,6 +71,11 @@ def static_step(model: nn.Module, tokens: Tensor, pos: Tensor, self_kv: Tensor, 
     return logits, torch.stack(weights)[:, :, :, 0] if need_attention else None
 
 
+def cross_keys_values(model: nn.Module, memory: Tensor) -> Tensor:
+    """Every decoder layer's cross-attention keys and values of memory [B, S, D]: [L, 2, B, H, S, Dh]."""
+    return torch.stack([torch.stack(layer.cross_attn.memory_kv(memory)) for layer in model.decoder_layers])
+
+
 class StaticDecoder:
     """`model` (an nmt.model.Transformer: search knows it by its attributes only) as nmt.search.loop.run uses a
     model, decoding with static shapes; `compile`: the step through torch.compile (one graph per shape of rows,
@@ -87,12 +92,14 @@ class StaticDecoder:
 
     def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int, rows: int = 1) -> StaticCache:
         """The cache for `rows` rows per sentence of memory [B, S, D], room for max_len positions."""
-        layers = self.model.decoder_layers
-        cross_kv = torch.stack([torch.stack(layer.cross_attn.memory_kv(memory)) for layer in layers])
-        cross_kv = cross_kv.repeat_interleave(rows, dim=2)  # [L, 2, N, H, S, Dh]
+        cross_kv = self.cross_kv(memory).repeat_interleave(rows, dim=2)  # [L, 2, N, H, S, Dh]
         L, _, N, H, _, Dh = cross_kv.shape
         mask = (~src_pad_mask[:, None, None, :]).repeat_interleave(rows, dim=0)  # [N, 1, 1, S]
         return StaticCache(cross_kv.new_zeros(L, 2, N, H, max_len, Dh), cross_kv, mask)
+
+    def cross_kv(self, memory: Tensor) -> Tensor:
+        """Every decoder layer's cross-attention keys and values of memory [B, S, D]: [L, 2, B, H, S, Dh]."""
+        return cross_keys_values(self.model, memory)
 
     def decode_step(self, tokens: Tensor, cache: StaticCache, need_attention: bool = False
                     ) -> tuple[Tensor, Tensor | None]:

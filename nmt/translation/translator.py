@@ -115,7 +115,7 @@ class Translator:
             raise NmtError("--compile needs a C++ compiler to build its packages (g++ or clang++, or one named by "
                            "CXX): install one, or drop --compile")
         plain = ckpt.build_model(self.tokenizer).eval()
-        return CompiledDecoder(plain, package_dir(ckpt.path), self.warn_compile, eager=self.model)
+        return CompiledDecoder(plain, package_dir(ckpt.path), self.warn_compile)
 
     def warn_compile(self, message: str) -> None:
         console.print(f"[cyan]{message}[/cyan] (about a minute per row count on two cores; later runs load it)")

@@ -3,9 +3,9 @@ and beam search (a whole beam step compiled), n-best, min_len and length limits,
 package's bucket; a package compiled once is loaded by a later decoder, translator and `nmt translate` process
 without compiling again; what it cannot serve runs eagerly or is refused with one line.
 
-Two packages are compiled here (most of a minute each), 8 rows on one thread each, and every search below fits one of
-them: the beam step of beam 2 and the decoder's step alone (greedy), without Inductor's GEMM autotuning, which only
-changes which kernels a package calls (AUTOTUNE, NMT_COMPILE_AUTOTUNE=0)."""
+Three packages are compiled here (most of a minute each), on one thread each, and every search below fits them: the
+encoder's, and for 8 rows the beam step of beam 2 and the decoder's step alone (greedy), without Inductor's GEMM
+autotuning, which only changes which kernels a package calls (AUTOTUNE, NMT_COMPILE_AUTOTUNE=0)."""
 
 from __future__ import annotations
 
@@ -76,17 +76,17 @@ def test_the_compiled_step_finds_the_same_hypotheses(translator, lines, decode):
     assert [t.text for t in got] == [t.text for t in want]
     assert_same([t.hypotheses for t in got], [t.hypotheses for t in want])
     assert translator.said == []  # the packages compiled by the fixture served every search: nothing compiled
-    assert {kind for kind, _, _ in translator.compiled.runners} == {"step" if decode["beam"] == 1 else
-                                                                     f"beam{decode['beam']}-2.3.0"}
+    step = "step" if decode["beam"] == 1 else f"beam{decode['beam']}-2.3.0"
+    assert {kind for kind, _, _ in translator.compiled.runners} == {"encode", step}
 
 
 def test_a_package_is_kept_beside_the_checkpoint_and_named_by_what_it_was_built_from(checkpoint, translator):
     packages = sorted(p.name for p in package_dir(checkpoint).glob("*.pt2"))
     assert {p.parent for p in package_dir(checkpoint).glob("*")} == {checkpoint.with_name("demo.pt.compiled")}
-    assert [p.rsplit("-", 1)[0] for p in packages] == ["beam2-2.3.0-8rows-1t", "step-8rows-1t"]
+    assert [p.rsplit("-", 1)[0] for p in packages] == ["beam2-2.3.0-8rows-1t", "encode-1t", "step-8rows-1t"]
     model = translator.compiled.model
     key = compiled.package_key(model, "step", 8, 1)
-    assert packages[1] == f"step-8rows-1t-{key}.pt2"
+    assert packages[2] == f"step-8rows-1t-{key}.pt2"
     assert len({key, compiled.package_key(model, "step", 8, 2), compiled.package_key(model, "step", 16, 1)}) == 3
     with torch.no_grad():
         next(model.parameters()).add_(1.0)
@@ -142,7 +142,16 @@ def test_without_a_cxx_compiler_compile_is_refused_in_one_line(checkpoint, monke
 def test_rows_go_to_the_next_power_of_two_and_small_steps_to_one_thread():
     assert [rows_bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 100, 128)] == [1, 2, 4, 4, 8, 8, 16, 128, 128]
     assert [rows_bucket(n, 4) for n in (1, 2, 3, 32)] == [4, 8, 16, 128]
-    assert (threads_for(8, 2), threads_for(16, 2), threads_for(32, 2), threads_for(32, 1)) == (1, 1, 2, 1)
+    small, big = 6 << 20, 105 << 20  # the tiny model's and the base model's step (bench/translate.py --configs)
+    assert [threads_for(r, 2, small) for r in (8, 16, 32)] == [1, 1, 2] and threads_for(32, 1, small) == 1
+    assert threads_for(4, 2, big) == 2 and threads_for(4, 1, big) == 1
+
+
+def test_a_step_reads_the_decoder_layers_and_the_output_projection_once(translator):
+    model = translator.compiled.model
+    layers = sum(p.numel() for p in model.decoder_layers.parameters())
+    assert compiled.step_bytes(model) == 4 * (layers + sum(p.numel() for p in model.output.parameters()))
+    assert model.output.weight is model.tgt_embed.weight  # tied: counted once, as the projection
 
 
 def test_sources_of_other_lengths_decode_the_same_in_sentences_padded_to_a_bucket(translator):
