@@ -5,6 +5,7 @@ Usage (from the repository root):
 
     python bench/serve.py --checkpoint runs/multi30k-en-de/averaged.pt                    # test2016, 1/8/32 clients
     python bench/serve.py --checkpoint runs/multi30k-en-de/averaged.pt --sentences 300 --repeats 3 --threads 2
+    python bench/serve.py --checkpoint runs/multi30k-en-de/averaged.pt --sentences 300 --dtype fp32 --compile
 
 Every contestant translates the same sentences (the first --sentences lines of Multi30k test2016, all 1,000 by
 default) with the checkpoint's search settings, in --dtype with --threads torch threads:
@@ -18,7 +19,10 @@ default) with the checkpoint's search settings, in --dtype with --threads torch 
   - server: `python -m nmt serve` (a subprocess, --no-access-log) with C client threads on loopback (C from
     --clients), each with a keep-alive connection sending one sentence per POST /v1/translate and the next
     when answered; sentences/s (all sentences / wall time) and per-request latency p50/p99;
-  - unbatched: the same server with serve.batching=false: one request at a time, the OpenNMT-py server's way.
+  - unbatched: the same server with serve.batching=false: one request at a time, the OpenNMT-py server's way;
+  - compiled (with --compile): the batching server with `nmt serve --compile` (nmt.search.compiled), its packages
+    compiled before the timed rounds (by this process, for batches of 1, 2, 4 ... sentences up to the biggest that
+    runs compiled), a second table setting it beside the batching server without --compile.
 
 Both servers run during the whole bench (an idle one waits on a condition and takes no CPU); each round runs
 every contestant once, the order reversed every other round, after one untimed warm-up round. Reported: medians
@@ -50,6 +54,7 @@ from pathlib import Path
 import torch
 from common import ROOT, OtherLoad, median, table
 
+from nmt.search.compiled import pays
 from nmt.translation.translator import ModelOptions, Translator
 
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k" / "test2016.en"
@@ -182,6 +187,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2, help="torch threads (in-process and in each server)")
     p.add_argument("--dtype", default="auto", help="as nmt translate/serve --dtype")
     p.add_argument("--max-delay-ms", type=float, help="serve.max_delay_ms of the batching server (default: its own)")
+    p.add_argument("--compile", action="store_true", help="also a batching server with --compile (fp32 only)")
     args = p.parse_args()
     lines = args.source.read_text(encoding="utf-8").splitlines()[:args.sentences]
     clients = [int(c) for c in args.clients.split(",")]
@@ -192,6 +198,9 @@ def main() -> None:
           f"{translator.dtype}, {args.threads} threads; starting the servers", file=sys.stderr)
     delay = [] if args.max_delay_ms is None else ["--set", f"serve.max_delay_ms={args.max_delay_ms}"]
     servers = {"batched": Served(args, *delay), "unbatched": Served(args, "--set", "serve.batching=false")}
+    if args.compile:
+        precompile(args, lines)
+        servers["compiled"] = Served(args, *delay, "--compile")
     contestants: dict[str, Callable[[list[str]], Run]] = {
         "offline": lambda xs: offline(translator, xs),
         "in-process 1 by 1": lambda xs: one_at_a_time(translator, xs),
@@ -242,6 +251,28 @@ def main() -> None:
                      f"{median(ms(b, 0.5)) / median(ms(runs['in-process 1 by 1'], 0.5)):.2f}",
                      f"{100 * same:.1f}%"])
     print(table(header, rows))
+    if args.compile:
+        print("\n`nmt serve --compile` beside the batching server without it (`batched`), same rounds")
+        print(table(["clients", "compiled sent/s", "p50 ms", "p99 ms", "sent/batch", "compiled/batched",
+                     "p50 compiled/batched"],
+                    [[str(c), spread(rate[f"compiled {c}"]), spread(ms(runs[f"compiled {c}"], 0.5)),
+                      spread(ms(runs[f"compiled {c}"], 0.99)),
+                      f"{statistics.mean(len(lines) / run.batches for run in runs[f'compiled {c}']):.1f}",
+                      f"{median(rate[f'compiled {c}']) / median(rate[f'batched {c}']):.2f}",
+                      f"{median(ms(runs[f'compiled {c}'], 0.5)) / median(ms(runs[f'batched {c}'], 0.5)):.2f}"]
+                     for c in clients]))
+
+
+def precompile(args: argparse.Namespace, lines: list[str]) -> None:
+    """The compiled server's packages, built here (beside the checkpoint, where the server finds them): one batch
+    of each number of sentences that runs compiled (1, 2, 4 ... up to nmt.search.compiled.MAX_ROWS rows)."""
+    translator = Translator.load(args.checkpoint, opts=ModelOptions(dtype=args.dtype, config_given=False,
+                                                                    compile=True))
+    translator.compiled.announce = lambda message: print(message, file=sys.stderr, flush=True)
+    n = 1
+    while pays(n, translator.decode.beam):
+        translator.translate_chunk(lines[:n])
+        n *= 2
 
 
 if __name__ == "__main__":
