@@ -43,7 +43,9 @@ bf16 matrix multiplies are several times faster than fp32); CTranslate2 has no b
 --dtype int8 applies PyTorch dynamic int8 quantization to the nn.Linear layers of ours and of HF (ours through
 `nmt.precision.prepare`, as `nmt translate --quantize int8`, which quantizes a copy of the tied output
 projection too; HF's lm_head is an nn.Linear, quantized with the same `nmt.kernels.to_int8`), and runs
-CTranslate2 with compute_type int8.
+CTranslate2 with compute_type int8. With --compile, ours compiled runs nmt translate --compile --quantize int8's int8
+weights (nmt.kernels.Int8WeightLinear: int8 weights with a scale per output channel, float32 arithmetic), its eager
+column dynamic int8 as above.
 
 --floor records the matrix multiplies of one call of ours (shapes, strides, dtype) and times them alone,
 replayed on random tensors: "gemm share" is that floor / our time, and "ceiling vs hf" is HF's time / the
@@ -253,8 +255,10 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
 def compiled_decoder(plain, name: str, args):
     """Ours through nmt.search.compiled (--compile): its packages in --compile-dir, compiled there on first use."""
 
-    if args.dtype != "fp32" or args.device != "cpu":
-        raise SystemExit("error: --compile times float32 on the CPU")
+    if args.dtype not in ("fp32", "int8") or args.device != "cpu":
+        raise SystemExit("error: --compile times float32 or int8 on the CPU")
+    if args.dtype == "int8":  # as nmt translate --compile --quantize int8
+        plain = kernels.to_int8_weights(plain)
     announce = lambda message: print(f"{name}: {message}", flush=True)  # noqa: E731
     return CompiledDecoder(plain.eval(), Path(args.compile_dir), announce)
 
@@ -309,7 +313,8 @@ def main() -> None:
                    help="also time every cell beside one busy-loop process (a second row, 'busy'): what a shared "
                         "machine leaves of each contestant's speed")
     p.add_argument("--compile", action="store_true",
-                   help="fp32 on CPU: ours through its compiled decoder step where nmt translate --compile uses it "
+                   help="fp32 or int8 on CPU: ours through its compiled decoder step where nmt translate --compile "
+                        "uses it (int8: --compile --quantize int8's int8 weights, nmt.kernels.Int8WeightLinear) "
                         "(up to nmt.search.compiled.MAX_ROWS rows), with ours as without it beside (eager); packages "
                         "compiled on first use into --compile-dir")
     p.add_argument("--compile-dir", default=str(Path.home() / ".cache" / "nmt" / "bench-compiled"),

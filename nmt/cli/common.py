@@ -40,11 +40,13 @@ DtypeOpt = Annotated[str, typer.Option(
 QuantizeOpt = Annotated[str | None, typer.Option(
     help="'int8': dynamic int8 quantization of Linear layers (CPU speed-up).")]
 CompileOpt = Annotated[bool, typer.Option(
-    "--compile", help="CPU, float32: greedy and beam search through a compiled decoder step (AOTInductor), several "
-                      "times faster at small batches. The first use of each row count compiles it (about a minute on "
-                      "two cores) and saves it beside the checkpoint (CHECKPOINT.compiled/), so later runs only load "
-                      "it. Batches of more than 16 rows (sentences x beam) and searches that need attention "
-                      "(--alignment, --attention, glossaries, documents) or sample run as without it.")]
+    "--compile", help="CPU, float32 (or --quantize int8): the encoder and each step of greedy and beam search "
+                      "compiled (AOTInductor), several times faster at small batches. The first use of each row count "
+                      "compiles it (about a minute on two cores) and saves it beside the checkpoint "
+                      "(CHECKPOINT.compiled/), so later runs only load it. With --quantize int8 the compiled steps "
+                      "read int8 weights (their matrix multiplies take bf16 input). Batches of more than 16 rows "
+                      "(sentences x beam) and searches that need attention (--alignment, --attention, glossaries, "
+                      "documents) or sample run as without it.")]
 
 
 def print_error(message: str) -> None:

@@ -17,7 +17,8 @@ package serves any batch and source length. The kernels' thread count is fixed w
 of a package's key too.
 
 A package is named by what it was built from (the weights, the model's and this module's code, torch, the CPU's
-instruction set, rows, threads): a changed checkpoint or a new torch builds a new one. Float32 on a CPU only."""
+instruction set, rows, threads): a changed checkpoint or a new torch builds a new one. Float32 on a CPU only, its
+Linear layers plain or with int8 weights (nmt.kernels.Int8WeightLinear: `--compile --quantize int8`)."""
 
 from __future__ import annotations
 
@@ -69,8 +70,9 @@ def threads_for(rows: int, threads: int, weight_bytes: int) -> int:
 
 
 def step_bytes(model: nn.Module) -> int:
-    """The bytes of weights a decoder step reads: its layers' and the output projection's."""
-    weights = [*model.decoder_layers.parameters(), *model.output.parameters()]
+    """The bytes of weights a decoder step reads: its layers' and the output projection's (parameters, or buffers
+    where they are int8: nmt.kernels.Int8WeightLinear)."""
+    weights = [t for m in (model.decoder_layers, model.output) for t in (*m.parameters(), *m.buffers())]
     return sum(w.numel() * w.element_size() for w in {id(w): w for w in weights}.values())
 
 
@@ -131,11 +133,12 @@ def package_dir(checkpoint: Path | None) -> Path:
 
 
 def package_key(model: nn.Module, kind: str, rows: int, threads: int) -> str:
-    """What a package is built from, hashed: its weights, the code of the model, of the step and of the search, its
-    kind (the step, or a beam step with its beam and special ids), torch's version, the CPU's instruction set, rows,
-    threads and AUTOTUNE."""
+    """What a package is built from, hashed: its weights, the code of the model's modules (nmt.model's, nmt.kernels'
+    Int8WeightLinear, torch's), of the step and of the search, its kind (the step, or a beam step with its beam and
+    special ids), torch's version, the CPU's instruction set, rows, threads and AUTOTUNE."""
     h = hashlib.sha256()
-    for path in (Path(sys.modules[type(model).__module__].__file__), *sorted(Path(__file__).parent.glob("*.py"))):
+    modules = sorted({sys.modules[type(m).__module__].__file__ for m in model.modules()})  # nmt.model, nmt.kernels
+    for path in (*map(Path, modules), *sorted(Path(__file__).parent.glob("*.py"))):
         h.update(path.read_bytes())
     cpu = torch.backends.cpu.get_cpu_capability()
     h.update(f"{torch.__version__}|{cpu}|{kind}|{rows}|{threads}|{AUTOTUNE}".encode())
@@ -229,10 +232,10 @@ def _padded(x: Tensor, size: int, value: float) -> Tensor:
 
 
 class CompiledDecoder(StaticDecoder):
-    """`model` (float32, on the CPU, plain nn.Linear layers) as nmt.search.loop.run uses a model, through compiled
-    packages: `encode` the encoder (with every layer's cross-attention keys/values), `beam_step` a whole beam search
-    step, `decode_step` the decoder's step alone (greedy search). Packages are looked for, and saved, in
-    `directory`; `announce(message)` is told before a compile (about a minute each on two cores)."""
+    """`model` (float32 on the CPU, plain or Int8WeightLinear layers) as nmt.search.loop.run uses a model,
+    through compiled packages: `encode` the encoder (with every layer's cross-attention keys/values), `beam_step` a
+    whole beam search step, `decode_step` the decoder's step alone (greedy search). Packages are looked for, and
+    saved, in `directory`; `announce(message)` is told before a compile (about a minute each on two cores)."""
 
     def __init__(self, model: nn.Module, directory: Path, announce: Callable[[str], None] = lambda _: None):
         super().__init__(model)

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import torch
 
-from nmt import checkpoint
+from nmt import checkpoint, kernels
 from nmt.checkpoint import Checkpoint
 from nmt.config.experiment import Config, DecodeConfig, check_decode
 from nmt.data.batching import source_batches
@@ -108,13 +108,15 @@ class Translator:
 
     def _compiled(self, ckpt: Checkpoint) -> CompiledDecoder:
         """The decoder whose steps run compiled (--compile), its packages beside the checkpoint."""
-        if self.device.type != "cpu" or self.precision.name != "fp32":
-            raise NmtError(f"--compile runs float32 on a CPU; this is {self.precision} on {self.device.type}: "
-                           "drop --compile, or use --device cpu --dtype fp32 without --quantize")
+        if self.device.type != "cpu" or self.precision.float_name != "fp32":
+            raise NmtError(f"--compile runs float32 (or --quantize int8) on a CPU; this is {self.precision} on "
+                           f"{self.device.type}: drop --compile, or use --device cpu --dtype fp32")
         if not any(map(shutil.which, (os.environ.get("CXX", "g++"), "g++", "clang++", "c++"))):
             raise NmtError("--compile needs a C++ compiler to build its packages (g++ or clang++, or one named by "
                            "CXX): install one, or drop --compile")
         plain = ckpt.build_model(self.tokenizer).eval()
+        if self.precision.name == "int8":  # int8 weights in an operator the compiler knows (to_int8's it does not)
+            plain = kernels.to_int8_weights(plain)
         return CompiledDecoder(plain, package_dir(ckpt.path), self.warn_compile)
 
     def warn_compile(self, message: str) -> None:
