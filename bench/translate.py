@@ -44,8 +44,8 @@ bf16 matrix multiplies are several times faster than fp32); CTranslate2 has no b
 `nmt.precision.prepare`, as `nmt translate --quantize int8`, which quantizes a copy of the tied output
 projection too; HF's lm_head is an nn.Linear, quantized with the same `nmt.kernels.to_int8`), and runs
 CTranslate2 with compute_type int8. With --compile, ours compiled runs nmt translate --compile --quantize int8's int8
-weights (nmt.kernels.Int8WeightLinear: int8 weights with a scale per output channel, float32 arithmetic), its eager
-column dynamic int8 as above.
+weights (nmt.kernels.Int8WeightLinear: int8 weights with a scale per output channel, their products taking bf16
+input), its eager column dynamic int8 as above.
 
 --floor records the matrix multiplies of one call of ours (shapes, strides, dtype) and times them alone,
 replayed on random tensors: "gemm share" is that floor / our time, and "ceiling vs hf" is HF's time / the
