@@ -24,6 +24,17 @@ from tests.helpers.tables import PAD, V, batch
 
 torch.set_num_threads(1)  # tiny models gain nothing from threads; avoids OpenMP oversubscription
 
+
+@pytest.fixture(autouse=True)
+def one_thread_per_test():
+    """Each test leaves its worker on one thread: an in-process `nmt train` or `nmt translate` sets torch's thread
+    count for its process (train.threads, --threads), and a worker left on two threads beside a second busy worker
+    runs every later test of its modules oversubscribed, a small model's update several times slower."""
+    yield
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
 # ---- no CUDA unless marked gpu
 #
 # The suite's facts are CPU facts (CPULinear layers, fp16 refused, `cuda:0` refused, a bit-exact resume, gloo
@@ -125,9 +136,19 @@ def pytest_unconfigure(config):
     _session_cuda.undo()
 
 
+# The modules that take longest (pytest --durations=0: a minute or more of a worker each), collected first: pytest-xdist
+# (`make test`: --dist loadscope) hands modules to its workers in collection order, and one of these started last
+# would run alone at the end while the other worker idles.
+FIRST = ("tests/search/test_compiled.py", "tests/interop/test_export_argos.py", "tests/train/test_faults.py",
+         "tests/serve/test_serve.py", "tests/serve/test_serve_abuse.py", "tests/interop/test_marian.py",
+         "tests/distill/test_int8_finetune.py", "tests/test_end_to_end.py")
+
+
 def pytest_collection_modifyitems(config, items):
     import os
 
+    items.sort(key=lambda item: FIRST.index(item.nodeid.split("::")[0]) if item.nodeid.split("::")[0] in FIRST
+               else len(FIRST))  # stable: the rest in their order
     if os.environ.get("NMT_LONG_TESTS") == "1":
         return
     skip = pytest.mark.skip(reason="long mode only (--long or NMT_LONG_TESTS=1)")

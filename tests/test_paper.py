@@ -31,8 +31,6 @@ GOLDEN = DEMO_MODEL
 PAD, BOS, EOS = 0, 2, 3
 V, D = 19, 16
 
-torch.set_num_threads(1)
-
 
 def tiny(**kwargs) -> Transformer:
     torch.manual_seed(0)

@@ -1,5 +1,7 @@
-"""The command line as a user runs it: subprocesses of `python -m nmt` (the whole pipeline end to end:
-tests/test_end_to_end.py)."""
+"""The command line as a user runs it: subprocesses of `python -m nmt` where the process itself is what is tested
+(start-up, help, completion, the terminal, a pipe held open), its refusals in-process through the same entry point
+(nmt.cli.main.main: tests.helpers.cli.run_cli), a child's torch import costing seconds each. The whole pipeline end to
+end: tests/test_end_to_end.py."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.helpers.cli import USAGE_ERROR, assert_one_line_error, nmt_env, nmt_process
+from tests.helpers.cli import USAGE_ERROR, assert_one_line_error, nmt_env, nmt_process, run_cli
 
 
 def test_help_explains_every_command():
@@ -33,32 +35,32 @@ def test_shell_completion_completes_commands_and_options():
 
 
 def test_config_errors_are_one_line(tmp_path):
-    assert_one_line_error(nmt_process("train", "--set", "model.d_modle=3"), "model.d_modle", "did you mean 'd_model'")
-    assert_one_line_error(nmt_process("train", "--config", str(tmp_path / "none.yaml")), "config file not found")
-    assert_one_line_error(nmt_process("train", "--set", "train.lr=fast"), "train.lr")
+    assert_one_line_error(run_cli("train", "--set", "model.d_modle=3"), "model.d_modle", "did you mean 'd_model'")
+    assert_one_line_error(run_cli("train", "--config", str(tmp_path / "none.yaml")), "config file not found")
+    assert_one_line_error(run_cli("train", "--set", "train.lr=fast"), "train.lr")
 
 
 def test_prepare_errors_are_one_line(tmp_path):
     (tmp_path / "a.en").write_text("one\ntwo\nthree\n")
     (tmp_path / "a.de").write_text("eins\nzwei\n")
     out = str(tmp_path / "data")
-    assert_one_line_error(nmt_process("prepare", "--train", str(tmp_path / "a"), "-o", out), "3", "2")
-    assert_one_line_error(nmt_process("prepare", "--train", str(tmp_path / "missing"), "-o", out), "missing")
+    assert_one_line_error(run_cli("prepare", "--train", str(tmp_path / "a"), "-o", out), "3", "2")
+    assert_one_line_error(run_cli("prepare", "--train", str(tmp_path / "missing"), "-o", out), "missing")
     (tmp_path / "b.en").write_bytes(b"fine\n\xff\xfe bad\n")
     (tmp_path / "b.de").write_text("gut\nschlecht\n")
-    assert_one_line_error(nmt_process("prepare", "--train", str(tmp_path / "b"), "-o", out), "b.en", "2")
-    assert_one_line_error(nmt_process("prepare", "-o", out), "no training data")
+    assert_one_line_error(run_cli("prepare", "--train", str(tmp_path / "b"), "-o", out), "b.en", "2")
+    assert_one_line_error(run_cli("prepare", "-o", out), "no training data")
     assert not (tmp_path / "data" / "meta.json").exists()
 
 
 def test_translate_and_score_errors_are_one_line(tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"\x00" * 100)
-    assert_one_line_error(nmt_process("translate", "--checkpoint", str(bad), stdin=b"x\n"), str(bad))
+    assert_one_line_error(run_cli("translate", "--checkpoint", str(bad), input=b"x\n"), str(bad))
     (tmp_path / "h").write_text("a\nb\n")
     (tmp_path / "r").write_text("a\n")
-    assert_one_line_error(nmt_process("score", "--ref", str(tmp_path / "r"), "--hyp", str(tmp_path / "h")), "2", "1")
-    assert_one_line_error(nmt_process("train", "--set", f"data.dir={tmp_path / 'nodata'}"), "nmt prepare")
+    assert_one_line_error(run_cli("score", "--ref", str(tmp_path / "r"), "--hyp", str(tmp_path / "h")), "2", "1")
+    assert_one_line_error(run_cli("train", "--set", f"data.dir={tmp_path / 'nodata'}"), "nmt prepare")
 
 
 @pytest.mark.parametrize("args, needles", [
@@ -67,9 +69,9 @@ def test_translate_and_score_errors_are_one_line(tmp_path):
     (["score", "--bogus"], ["--bogus"]),
 ])
 def test_option_parser_mistakes_are_one_line(args, needles):
-    proc = nmt_process(*args, stdin=b"")
-    assert_one_line_error(proc, *needles, exit_code=USAGE_ERROR)
-    assert len(proc.stderr.decode().splitlines()) == 1
+    result = run_cli(*args, input=b"")
+    assert_one_line_error(result, *needles, exit_code=USAGE_ERROR)
+    assert len(result.stderr.splitlines()) == 1
 
 
 @pytest.mark.parametrize("entry", [["-m", "nmt"], ["-c", "from nmt.cli.main import main; main()"]])

@@ -18,8 +18,6 @@ from nmt.search import SearchSettings
 from nmt.tokenizer import SpecialIds
 from tests.helpers.modeling import BOS, EOS, PAD, SRC, TGT, make_model
 
-torch.set_num_threads(2)
-
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_dropout_drops_p_and_keeps_the_mean(dtype):

@@ -11,9 +11,6 @@ from nmt.cache import DecoderCache
 from nmt.model import MultiHeadAttention, scaled_dot_product_attention, sinusoidal_positions
 from tests.helpers.modeling import BOS, PAD, SRC, TGT, V, make_model, padded
 
-torch.set_num_threads(2)
-
-
 # Source sentences of different lengths (EOS appended) and BOS-prefixed targets, right-padded.
 
 

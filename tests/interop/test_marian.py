@@ -29,7 +29,7 @@ from nmt.rundir import RunDir  # noqa: E402
 from nmt.tokenizer import Tokenizer  # noqa: E402
 from nmt.train.loop import train  # noqa: E402
 from nmt.translation.translator import Translator  # noqa: E402
-from tests.helpers.cli import assert_one_line_error, nmt_process  # noqa: E402
+from tests.helpers.cli import assert_one_line_error, nmt_process, run_cli  # noqa: E402
 from tests.helpers.marian import marian_config, save  # noqa: E402
 from tests.helpers.paths import MARIAN_MODEL  # noqa: E402
 
@@ -165,21 +165,23 @@ def test_target_language_prefix(base, tmp_path):
 
 
 def test_cli_import_then_translate_and_info(base, tmp_path):
+    """The commands in-process (tests.helpers.cli.run_cli: nmt's entry point; a child would import transformers
+    again, seconds)."""
     ckpt = tmp_path / "opus.pt"
-    proc = nmt_process("import", str(base["dir"]), "-o", str(ckpt), "--src-lang", "en", "--tgt-lang", "de")
-    assert proc.returncode == 0, proc.stderr.decode()
+    result = run_cli("import", str(base["dir"]), "-o", str(ckpt), "--src-lang", "en", "--tgt-lang", "de")
+    assert result.exit_code == 0, result.stderr
     lines = base["lines"][:20]
-    proc = nmt_process("translate", "--checkpoint", str(ckpt), "--beam", "1", "--dtype", "fp32", "--no-progress",
-                       "--set", "decode.max_len_a=0", "--set", f"decode.max_len_b={MAX_NEW - 1}",
-                       stdin="\n".join(lines).encode() + b"\n")
-    assert proc.returncode == 0, proc.stderr.decode()
-    assert proc.stdout.decode().splitlines() == hf_translate(base["model"], base["tok"], lines, 1)[0]
-    info = nmt_process("info", str(ckpt), "--json")
-    assert info.returncode == 0, info.stderr.decode()
+    result = run_cli("translate", "--checkpoint", str(ckpt), "--beam", "1", "--dtype", "fp32", "--no-progress",
+                     "--set", "decode.max_len_a=0", "--set", f"decode.max_len_b={MAX_NEW - 1}",
+                     input="\n".join(lines).encode() + b"\n")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == hf_translate(base["model"], base["tok"], lines, 1)[0]
+    info = run_cli("info", str(ckpt), "--json")
+    assert info.exit_code == 0, info.stderr
     described = json.loads(info.stdout)
     assert described["kind"] == "imported" and described["imported_from"] == str(base["dir"])
     assert described["model"]["activation"] == "swish" and described["model"]["position_layout"] == "halves"
-    text = nmt_process("info", str(ckpt)).stdout.decode()
+    text = run_cli("info", str(ckpt)).stdout
     assert "imported pretrained model" in text and "activation swish" in text
 
 
@@ -243,8 +245,9 @@ def test_hub_names_download_through_huggingface_hub(base, tmp_path, monkeypatch)
 def test_offline_hub_name_is_one_line_error(tmp_path):
     proc = nmt_process("import", "Helsinki-NLP/opus-mt-en-de", "-o", str(tmp_path / "m.pt"), HF_HUB_OFFLINE="1")
     assert_one_line_error(proc, "cannot download Helsinki-NLP/opus-mt-en-de from the Hugging Face hub")
-    proc = nmt_process("import", str(tmp_path / "nowhere"), "-o", str(tmp_path / "m.pt"))
-    assert_one_line_error(proc, "not a directory saved by save_pretrained")
+    # HF_HUB_OFFLINE is read when huggingface_hub is imported: a child above, in-process here
+    assert_one_line_error(run_cli("import", str(tmp_path / "nowhere"), "-o", str(tmp_path / "m.pt")),
+                          "not a directory saved by save_pretrained")
 
 
 # ---------------------------------------------------------------- fine-tuning

@@ -23,10 +23,6 @@ from tests.helpers.tables import (
     teacher_forced_logprob,
 )
 
-torch.set_num_threads(2)
-
-
-
 # ---- stub models (tests.helpers.tables.TableModel): next-token probabilities are a table over the prefix ----
 
 
