@@ -98,7 +98,7 @@ from nmt import (
 )
 from nmt.precision import Precision, prepare
 from nmt.search import SearchSettings, generated_tokens
-from nmt.search.compiled import CompiledDecoder, pays, rows_bucket, threads_for
+from nmt.search.compiled import CompiledDecoder, pays
 from nmt.threads import FreeCores
 
 BEAM, ALPHA = 4, 0.6
@@ -223,10 +223,8 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
                "hf": hf_fn(hf_model, src, args.length, ids)}
         if small:  # ours as without --compile, for the ratio; compiled for every thread count first
             fns["eager"] = ours_fn(ours_model, src, args.length, ids, not args.fixed_threads)
-            bucket = rows_bucket(batch, BEAM)
-            for threads in {1, args.threads}:
-                compiled.runner(bucket, threads_for(bucket, threads, compiled.step_bytes), BEAM, ids)
-                compiled.runner(0, threads_for(batch, threads, compiled.step_bytes), encoder=True)
+            for threads in {1, args.threads}:  # FreeCores may run it on 1
+                compiled.prepare(batch, BEAM, ids, threads)
         if ct2 is not None and (ct2_run := ct2_fn(ct2, src, args.length, device, CT2_TYPES[args.dtype],
                                                   args.threads, args.clock, ids.pad, (BEAM, ALPHA))):
             fns["ct2"] = ct2_run
@@ -260,7 +258,7 @@ def compiled_decoder(plain, name: str, args):
     if args.dtype == "int8":  # as nmt translate --compile --quantize int8
         plain = kernels.to_int8_weights(plain)
     announce = lambda message: print(f"{name}: {message}", flush=True)  # noqa: E731
-    return CompiledDecoder(plain.eval(), Path(args.compile_dir), announce)
+    return CompiledDecoder(plain.eval(), Path(args.compile_dir) / name, announce)  # a directory per model (prune)
 
 
 def openmp_waiting() -> str:

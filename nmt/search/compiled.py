@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable
@@ -122,14 +123,29 @@ class _Encode(nn.Module):
 
 
 def package_dir(checkpoint: Path | None) -> Path:
-    """Where a checkpoint's packages are kept: `<checkpoint>.compiled/` beside it where that can be written, else
-    the user's cache (`$XDG_CACHE_HOME/nmt/compiled`, by default ~/.cache/nmt/compiled). A package's name says what
-    it was built from, so one directory may hold several models'."""
+    """Where a checkpoint's packages are kept: `<checkpoint>.compiled/` beside it where that can be written, else a
+    directory of its own (named by its path) in the user's cache, `$XDG_CACHE_HOME/nmt/compiled` (by default
+    ~/.cache/nmt/compiled). One checkpoint path per directory: a package built there replaces its stale twins
+    (prune)."""
     if checkpoint is not None:
         beside = Path(checkpoint).with_name(Path(checkpoint).name + ".compiled")
         if os.access(beside if beside.exists() else beside.parent, os.W_OK):
             return beside
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nmt" / "compiled"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nmt" / "compiled"
+    owner = hashlib.sha256(str(Path(checkpoint).resolve()).encode()).hexdigest()[:16] if checkpoint else "unnamed"
+    return cache / owner
+
+
+def prune(directory: Path, prefix: str, keep: Path) -> list[Path]:
+    """Remove the packages named `prefix` (a kind and shape) in `directory` but `keep`: built from what the
+    checkpoint at this path held before, or by other code or another torch, none of them is loaded again (a
+    package is hundreds of MB for a base model). A process that loaded one keeps it (unlinked, still open).
+    Returns what was removed."""
+    name = re.compile(rf"{re.escape(prefix)}-[0-9a-f]{{16}}\.pt2")  # not another build's temporary file
+    stale = [p for p in directory.glob(f"{prefix}-*.pt2") if p != keep and name.fullmatch(p.name)]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 def package_key(model: nn.Module, kind: str, rows: int, threads: int) -> str:
@@ -216,7 +232,8 @@ class PaddedCache(StaticCache):
 
     def __init__(self, self_kv: Tensor, cross_kv: Tensor, memory_mask: Tensor, rows: int):
         super().__init__(self_kv, cross_kv, memory_mask)
-        self.rows, self.spare = rows, torch.zeros_like(self_kv)
+        self.rows = rows
+        self.spare: Tensor | None = None  # made by the first beam step (which overwrites it whole): greedy needs none
         self.scalars: tuple[Tensor, Tensor, Tensor] | None = None  # a beam step's t, length penalty, min_len
 
     def rows_after(self, parents: Tensor) -> Tensor:
@@ -246,9 +263,22 @@ class CompiledDecoder(StaticDecoder):
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src [B, S] -> every decoder layer's cross-attention keys/values [L, 2, B, H, S, Dh] in the place of the
         encoder's output (the search only hands it to init_cache, and cross_kv passes it on), and src_pad_mask."""
-        threads = threads_for(src.size(0), torch.get_num_threads(), self.step_bytes)  # a step's, at its batch
-        cross_kv, src_pad_mask = self.runner(0, threads, encoder=True)(src.contiguous())
+        run = self.runner(0, self.encoder_threads(src.size(0), torch.get_num_threads()), encoder=True)
+        cross_kv, src_pad_mask = run(src.contiguous())
         return cross_kv, src_pad_mask
+
+    def encoder_threads(self, sentences: int, threads: int) -> int:
+        """The threads the encoder runs a batch of `sentences` on, `threads` being the batch's: its steps' rule
+        (threads_for) at a row per sentence, as the encoder's work per sentence is a step's order of magnitude."""
+        return threads_for(sentences, threads, self.step_bytes)
+
+    def prepare(self, sentences: int, beam: int, special: Any, threads: int) -> None:
+        """Load, or compile, the packages a search of `sentences` sentences at `beam` on `threads` threads runs:
+        the encoder's and the step's (beam search's whole step, or greedy search's decoder step), before it runs
+        (a bench, a server warming up)."""
+        rows = rows_bucket(sentences, beam)
+        self.runner(0, self.encoder_threads(sentences, threads), encoder=True)
+        self.runner(rows, threads_for(rows, threads, self.step_bytes), beam if beam > 1 else None, special)
 
     def cross_kv(self, memory: Tensor) -> Tensor:
         return memory  # encode computed them
@@ -260,12 +290,13 @@ class CompiledDecoder(StaticDecoder):
         compiled first. Called with the inputs' tensors, it returns a list of the outputs'."""
         kind = "encode" if encoder else "step" if K is None else f"beam{K}-{special.bos}.{special.eos}.{special.pad}"
         if (kind, rows, threads) not in self.runners:
-            shape = f"{rows}rows-{threads}t" if rows else f"{threads}t"
-            path = self.directory / f"{kind}-{shape}-{package_key(self.model, kind, rows, threads)}.pt2"
+            prefix = f"{kind}-{rows}rows-{threads}t" if rows else f"{kind}-{threads}t"
+            path = self.directory / f"{prefix}-{package_key(self.model, kind, rows, threads)}.pt2"
             if not path.exists():
                 what = "encoder" if encoder else f"decoder's {kind} for {rows} rows"
                 self.announce(f"compiling the {what} on {threads} thread(s), once: {path}")
                 build(self._module(kind, K, special), self._inputs(kind, rows, K), threads, path)
+                prune(self.directory, prefix, path)
             boxed_run = load(path).boxed_run
             self.runners[kind, rows, threads] = lambda *tensors: boxed_run(list(tensors))
         return self.runners[kind, rows, threads]
@@ -310,6 +341,7 @@ class CompiledDecoder(StaticDecoder):
             divisors = [length_penalty_divisor(i + 1, settings.length_penalty, settings.length_penalty_type)
                         for i in range(T)]
             cache.scalars = torch.arange(T), torch.tensor(divisors, dtype=torch.float64), torch.tensor(settings.min_len)
+            cache.spare = torch.empty_like(cache.self_kv)
         steps, divisors, min_len = cache.scalars
         out = run(_padded(tokens, bucket, 0), cache.pos, cache.self_kv, cache.cross_kv, cache.memory_mask, cache.spare,
                   _padded(beam.scores, bucket, float("-inf")), _padded(beam.finished.best, bucket // K, float("-inf")),

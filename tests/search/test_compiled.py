@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -91,6 +92,36 @@ def test_a_package_is_kept_beside_the_checkpoint_and_named_by_what_it_was_built_
     with torch.no_grad():
         next(model.parameters()).add_(1.0)
     assert compiled.package_key(model, "step", 8, 1) != key  # other weights: another package
+
+
+def test_prepare_loads_what_a_search_of_that_size_runs(translator):
+    """CompiledDecoder.prepare (a bench's or a server's warm-up) takes the packages the fixture's searches built:
+    3 and 4 sentences at beam 2 (8 rows), 5 to 8 greedy, nothing compiled."""
+    for sentences, beam in ((3, 2), (4, 2), (5, 1), (8, 1)):
+        translator.compiled.prepare(sentences, beam, translator.special, 1)
+    assert set(translator.compiled.runners) == {("encode", 0, 1), ("beam2-2.3.0", 8, 1), ("step", 8, 1)}
+    assert translator.said == []
+
+
+def test_a_new_package_removes_its_stale_twins_and_nothing_else(tmp_path):
+    """What `runner` does after a build: the packages of the same kind and shape built from other weights, code or
+    torch go; other kinds, shapes and threads stay, and so does another build's temporary file."""
+    def package(name: str) -> Path:
+        (tmp_path / name).write_bytes(b"")
+        return tmp_path / name
+
+    new, old = package(f"step-8rows-1t-{'a' * 16}.pt2"), package(f"step-8rows-1t-{'b' * 16}.pt2")
+    others = [package(f"step-8rows-2t-{'b' * 16}.pt2"), package(f"step-16rows-1t-{'b' * 16}.pt2"),
+              package(f"beam2-2.3.0-8rows-1t-{'b' * 16}.pt2"), package(f"step-8rows-1t-{'c' * 16}x1y2z3.pt2")]
+    assert compiled.prune(tmp_path, "step-8rows-1t", new) == [old]
+    assert sorted(tmp_path.iterdir()) == sorted([new, *others])
+
+
+def test_without_a_writable_directory_beside_it_a_checkpoint_gets_its_own_in_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(compiled.os, "access", lambda path, mode: False)
+    a, b = package_dir(tmp_path / "a" / "model.pt"), package_dir(tmp_path / "b" / "model.pt")
+    assert a.parent == b.parent == tmp_path / "cache" / "nmt" / "compiled" and a != b  # so prune spares b's
 
 
 def test_a_later_process_loads_the_package_without_compiling(checkpoint, tmp_path):
