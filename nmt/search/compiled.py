@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from nmt.kernels import Int8WeightLinear
 from nmt.search.beam import Beam, Chosen, beam_rule
 from nmt.search.scoring import Move, length_penalty_divisor, step_log_probs
 from nmt.search.settings import SearchSettings
@@ -259,6 +260,8 @@ class CompiledDecoder(StaticDecoder):
         self.directory, self.announce = Path(directory), announce
         self.runners: dict[tuple[str, int, int], Callable[..., Any]] = {}
         self.step_bytes = step_bytes(model)
+        # in a package's name: the float32 and the int8 weights of one checkpoint are packages apart (prune)
+        self.weights = "int8" if any(isinstance(m, Int8WeightLinear) for m in model.modules()) else "fp32"
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src [B, S] -> every decoder layer's cross-attention keys/values [L, 2, B, H, S, Dh] in the place of the
@@ -290,7 +293,7 @@ class CompiledDecoder(StaticDecoder):
         compiled first. Called with the inputs' tensors, it returns a list of the outputs'."""
         kind = "encode" if encoder else "step" if K is None else f"beam{K}-{special.bos}.{special.eos}.{special.pad}"
         if (kind, rows, threads) not in self.runners:
-            prefix = f"{kind}-{rows}rows-{threads}t" if rows else f"{kind}-{threads}t"
+            prefix = f"{kind}-{self.weights}-{rows}rows-{threads}t" if rows else f"{kind}-{self.weights}-{threads}t"
             path = self.directory / f"{prefix}-{package_key(self.model, kind, rows, threads)}.pt2"
             if not path.exists():
                 what = "encoder" if encoder else f"decoder's {kind} for {rows} rows"

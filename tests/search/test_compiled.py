@@ -84,10 +84,11 @@ def test_the_compiled_step_finds_the_same_hypotheses(translator, lines, decode):
 def test_a_package_is_kept_beside_the_checkpoint_and_named_by_what_it_was_built_from(checkpoint, translator):
     packages = sorted(p.name for p in package_dir(checkpoint).glob("*.pt2"))
     assert {p.parent for p in package_dir(checkpoint).glob("*")} == {checkpoint.with_name("demo.pt.compiled")}
-    assert [p.rsplit("-", 1)[0] for p in packages] == ["beam2-2.3.0-8rows-1t", "encode-1t", "step-8rows-1t"]
+    assert [p.rsplit("-", 1)[0] for p in packages] == ["beam2-2.3.0-fp32-8rows-1t", "encode-fp32-1t",
+                                                      "step-fp32-8rows-1t"]
     model = translator.compiled.model
     key = compiled.package_key(model, "step", 8, 1)
-    assert packages[2] == f"step-8rows-1t-{key}.pt2"
+    assert packages[2] == f"step-fp32-8rows-1t-{key}.pt2"
     assert len({key, compiled.package_key(model, "step", 8, 2), compiled.package_key(model, "step", 16, 1)}) == 3
     with torch.no_grad():
         next(model.parameters()).add_(1.0)

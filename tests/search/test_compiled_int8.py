@@ -41,6 +41,7 @@ def test_int8_weights_compiled_compute_what_they_compute_eagerly(decoder):
             torch.testing.assert_close(cross_kv, cross_keys_values(model, memory), rtol=1e-4, atol=1e-4)
         assert torch.equal(src_pad_mask, want_mask)
     assert [kind for kind, _, _ in decoder.runners] == ["encode"] and len(decoder.said) == 1
+    assert [p.name.rsplit("-", 1)[0] for p in decoder.directory.glob("*.pt2")] == ["encode-int8-1t"]  # not fp32's
 
 
 def test_a_step_over_int8_weights_counts_their_bytes(decoder):
