@@ -17,7 +17,8 @@ package serves any batch and source length. The kernels' thread count is fixed w
 of a package's key too.
 
 A package is named by what it was built from (the weights, the model's and this module's code, torch, the CPU's
-instruction set, rows, threads): a changed checkpoint or a new torch builds a new one. Float32 on a CPU only, its
+instruction set, rows, threads): a changed checkpoint or a new torch builds a new one, which removes the one it
+replaces from the checkpoint's directory (prune). Float32 on a CPU only, its
 Linear layers plain or with int8 weights (nmt.kernels.Int8WeightLinear: `--compile --quantize int8`)."""
 
 from __future__ import annotations
@@ -138,10 +139,10 @@ def package_dir(checkpoint: Path | None) -> Path:
 
 
 def prune(directory: Path, prefix: str, keep: Path) -> list[Path]:
-    """Remove the packages named `prefix` (a kind and shape) in `directory` but `keep`: built from what the
-    checkpoint at this path held before, or by other code or another torch, none of them is loaded again (a
-    package is hundreds of MB for a base model). A process that loaded one keeps it (unlinked, still open).
-    Returns what was removed."""
+    """Remove the packages named `prefix` (a kind, weights and shape) in `directory` but `keep`: built from what the
+    checkpoint at this path held before, or by other code or another torch, none of them is loaded again (a package
+    holds its weights: about 100 MB for a base model's step). A process that loaded one keeps it (unlinked, still
+    open). Returns what was removed."""
     name = re.compile(rf"{re.escape(prefix)}-[0-9a-f]{{16}}\.pt2")  # not another build's temporary file
     stale = [p for p in directory.glob(f"{prefix}-*.pt2") if p != keep and name.fullmatch(p.name)]
     for path in stale:
