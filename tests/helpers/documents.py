@@ -1,11 +1,14 @@
 """The document tests' fake translators (`reverse_upper`: each sentence's words reversed and uppercased, word i aligned
 to word n-1-i, so a formatted word must move with its word; `upper`: in order), Word paragraphs built as Word writes
-them (`word_run`, `docx_with`), and comparing a zip container's members before and after."""
+them (`word_run`, `docx_with`), comparing a zip container's members before and after, and the CPU time a piece of
+work takes (`cpu`: the bounded-work tests)."""
 
 from __future__ import annotations
 
 import re
+import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from lxml import etree
@@ -15,6 +18,14 @@ from nmt.translation.documents.inline import Aligned, Paragraph, Piece
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 DOCX_TEXT = re.compile(docx_format.PARTS.pattern)
+
+
+def cpu(work: Callable[[], object]) -> tuple[object, float]:
+    """`work()`'s result and the CPU seconds it took in this thread, where it runs: not the process's, which counts
+    what other threads of a test worker do meanwhile."""
+    start = time.thread_time()
+    result = work()
+    return result, time.thread_time() - start
 
 
 def reverse_upper(paragraphs: list[Paragraph]) -> list[list[Piece]]:

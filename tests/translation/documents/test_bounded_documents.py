@@ -24,7 +24,7 @@ from nmt.translation.documents import docx as docx_format
 from nmt.translation.documents import odt as odt_format
 from nmt.translation.documents import office_ooxml, safezip
 from nmt.workbudget import OverBudget, WorkBudget
-from tests.helpers.documents import reverse_upper
+from tests.helpers.documents import cpu, reverse_upper
 from tests.helpers.paths import ROOT
 
 W_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
@@ -65,14 +65,6 @@ def refused(src: Path, tmp_path: Path, pattern: str, module=docx_format) -> NmtE
     return e.value
 
 
-def cpu_seconds(work) -> float:
-    """The CPU time `work` takes in this thread, where it runs: not the process's, which counts what other threads of
-    a test worker do meanwhile."""
-    started = time.thread_time()
-    work()
-    return time.thread_time() - started
-
-
 # --- the attacks of items 2 and 3 -------------------------------------------------------------------------------
 
 def test_one_run_of_40000_sentences_is_bounded(tmp_path: Path) -> None:
@@ -87,7 +79,7 @@ def test_one_run_of_40000_sentences_is_bounded(tmp_path: Path) -> None:
         except OverBudget as e:
             assert "\n" not in str(e)
 
-    assert cpu_seconds(work) <= 2.0
+    assert cpu(work)[1] <= 2.0
 
 
 def test_twenty_headers_that_inflate_330_fold_are_refused(tmp_path: Path) -> None:
@@ -96,7 +88,7 @@ def test_twenty_headers_that_inflate_330_fold_are_refused(tmp_path: Path) -> Non
     extra = {f"word/header{k}.xml": header(2**18, k, repeated=True) for k in range(1, 21)}
     src = make_docx(tmp_path / "headers.docx", body("<w:p><w:r><w:t>hello</w:t></w:r></w:p>"), extra)
     assert src.stat().st_size < 64 * 2**10
-    assert cpu_seconds(lambda: refused(src, tmp_path, r"header\d+\.xml inflates \d+-fold: refused")) < 2.0
+    assert cpu(lambda: refused(src, tmp_path, r"header\d+\.xml inflates \d+-fold: refused"))[1] < 2.0
 
 
 def test_every_member_is_held_to_the_ratio_and_tiny_members_pass(tmp_path: Path) -> None:

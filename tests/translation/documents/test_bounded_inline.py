@@ -24,17 +24,12 @@ from nmt.translation.documents.html import parse_html
 from nmt.translation.documents.inline import Aligned, Paragraph, Run
 from nmt.workbudget import OverBudget, TimedOut, WorkBudget
 from tests.helpers.cli import assert_one_line_error, run_cli
+from tests.helpers.documents import cpu
 from tests.helpers.paths import DEMO_MODEL
 from tests.helpers.serving import serving
 
 CHECKPOINT = DEMO_MODEL
 CPU_GOAL = 2.0  # seconds of CPU per attack (the goal); every case here takes well under 0.5 s
-
-
-def cpu(work: Callable[[], object]) -> tuple[object, float]:
-    start = time.thread_time()
-    result = work()
-    return result, time.thread_time() - start
 
 
 def peak_memory(work: Callable[[], object]) -> int:
