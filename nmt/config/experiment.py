@@ -94,6 +94,10 @@ class TrainConfig:
     # longer), what the batch's tensors hold; also the validation loss's batches
     max_tokens: int = 4096
     update_freq: int = 1  # gradient accumulation: batches per update
+    # each batch's source and target lengths padded up to a multiple of this (in max_tokens' count too): 8 gives
+    # tensor cores and torch.compile fewer, rounder shapes, at a cost in padding (docs/gpu.md: Multi30k's target
+    # slots 99.5% real at 1, 81% at 8)
+    length_multiple: int = 1
     max_updates: int = 100_000
     max_epochs: int = 0  # 0 = unlimited
     max_minutes: float = 0.0  # training time budget (0 = unlimited); averaging happens inside it
@@ -326,6 +330,7 @@ def check_train(t: TrainConfig) -> None:
         (t.schedule in ("inverse_sqrt", "noam"), "train.schedule must be inverse_sqrt|noam"),
         (t.max_tokens > 0, "train.max_tokens must be > 0"),
         (t.update_freq >= 1, "train.update_freq must be >= 1"),
+        (t.length_multiple >= 1, "train.length_multiple must be >= 1"),
         (t.max_updates >= 0, "train.max_updates must be >= 0"),
         (t.max_minutes >= 0, "train.max_minutes must be >= 0"),
         (t.lr > 0, "train.lr must be > 0"),

@@ -30,6 +30,11 @@ def _as_lengths(lens: Sequence[int] | np.ndarray, name: str) -> np.ndarray:
     return arr
 
 
+def round_up(n: int, multiple: int) -> int:
+    """n rounded up to a multiple of `multiple` (>= 1)."""
+    return -(-n // multiple) * multiple
+
+
 def cut_loop(sizes: np.ndarray, max_tokens: int) -> np.ndarray:
     """Reference greedy cut (one Python step per example): boundaries [0, ..., n]."""
     bounds = [0]
@@ -92,6 +97,11 @@ class TokenBatchSampler:
     ``len(batch) * max(max(src_len + extra), max(tgt_len + extra)) <= max_tokens``, except that an
     example longer than ``max_tokens`` on its own forms a batch of one (never dropped).
 
+    ``multiple``: every padded length is rounded up to a multiple of it (fairseq's
+    ``--required-seq-len-multiple``, Hugging Face's ``pad_to_multiple_of``), in the budget as in the batch's
+    tensors (``collate``): on a GPU, matrix shapes that tensor cores take whole, and under ``torch.compile``
+    an eighth of the distinct lengths. The extra columns are padding, masked like any other.
+
     DDP: every rank builds the same global batch list for the epoch, padded to a multiple of
     ``num_replicas`` by repeating its first batches; rank r takes global batches r, r+W, r+2W, ...
     So one process with update_freq=W sees the same groups of batches as W ranks.
@@ -116,6 +126,7 @@ class TokenBatchSampler:
         num_replicas: int = 1,
         rank: int = 0,
         extra_tokens: int = 1,
+        multiple: int = 1,
     ) -> None:
         src = _as_lengths(src_lens, "src_lens")
         tgt = _as_lengths(tgt_lens, "tgt_lens")
@@ -127,12 +138,15 @@ class TokenBatchSampler:
             raise NmtError(f"invalid DDP rank {rank} of num_replicas {num_replicas}")
         if int(extra_tokens) < 0:
             raise NmtError(f"extra_tokens must be >= 0, got {extra_tokens}")
+        if int(multiple) < 1:
+            raise NmtError(f"multiple must be >= 1, got {multiple}")
         self.max_tokens = int(max_tokens)
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
         self.num_replicas = int(num_replicas)
         self.rank = int(rank)
         self.extra_tokens = int(extra_tokens)
+        self.multiple = int(multiple)
         self.epoch = 1
         self._position = 0
         self._src = src + self.extra_tokens
@@ -140,6 +154,7 @@ class TokenBatchSampler:
         # Sort key (tgt, src) as one integer; the sorted size sequence is the same whatever the tie-break.
         self._key = self._tgt * (int(self._src.max(initial=0)) + 1) + self._src
         sorted_sizes = np.maximum(self._src, self._tgt)[np.argsort(self._key, kind="stable")]
+        sorted_sizes = -(-sorted_sizes // self.multiple) * self.multiple  # round_up, as collate pads
         self._bounds = cut_batches(sorted_sizes, self.max_tokens)
         n_global = len(self._bounds) - 1
         self._n_padded = -(-n_global // self.num_replicas) * self.num_replicas
@@ -209,22 +224,23 @@ class TokenBatchSampler:
             "seed": self.seed,
             "max_tokens": self.max_tokens,
             "num_replicas": self.num_replicas,
+            "multiple": self.multiple,
         }
 
     def load_state_dict(self, state: dict[str, int], *, strict: bool = True) -> None:
         """Continue exactly where ``state`` was taken.
 
-        A different seed or max_tokens changes the batches, so exact resume is impossible: with
+        A different seed, max_tokens or multiple changes the batches, so exact resume is impossible: with
         ``strict`` that is an NmtError; otherwise a started epoch is abandoned for the start of the next.
         A different num_replicas keeps the global progress (to within num_replicas batches)."""
         epoch, position = int(state["epoch"]), int(state["position"])
         old_w = int(state.get("num_replicas", self.num_replicas))
-        changed = [
-            k for k in ("seed", "max_tokens") if int(state.get(k, getattr(self, k))) != getattr(self, k)
-        ]
+        before = {"multiple": 1, **state}  # a state from before lengths were rounded was taken at 1
+        changed = [k for k in ("seed", "max_tokens", "multiple")
+                   if int(before.get(k, getattr(self, k))) != getattr(self, k)]
         if changed:
             if strict:
-                diffs = ", ".join(f"{k} {state[k]} -> {getattr(self, k)}" for k in changed)
+                diffs = ", ".join(f"{k} {before[k]} -> {getattr(self, k)}" for k in changed)
                 raise NmtError(f"cannot resume the batch order exactly: {diffs} changed since the checkpoint")
             # Other batches now: replaying part of an epoch would overweight it, so start the next one.
             self.epoch, self._position = (epoch + 1, 0) if position > 0 else (epoch, 0)
@@ -269,14 +285,15 @@ class Batch:
         return self._map(lambda t: t.pin_memory())
 
 
-def split_batch(batch: Batch, pad: int) -> list[Batch]:
-    """The two halves (by sentences) of a batch of >= 2 sentences, each trimmed to its own padding."""
+def split_batch(batch: Batch, pad: int, multiple: int = 1) -> list[Batch]:
+    """The two halves (by sentences) of a batch of >= 2 sentences, each trimmed to its own padding (its lengths
+    rounded up to `multiple`, as the batch's were)."""
     half = len(batch) // 2
     pieces = []
     for rows in (slice(0, half), slice(half, len(batch))):
         src, tgt_in, tgt_out = batch.src[rows], batch.tgt_in[rows], batch.tgt_out[rows]
-        src_width = int((src != pad).sum(1).max())
-        tgt_width = int((tgt_out != pad).sum(1).max())
+        src_width = round_up(int((src != pad).sum(1).max()), multiple)
+        tgt_width = round_up(int((tgt_out != pad).sum(1).max()), multiple)
         pieces.append(Batch(
             src=src[:, :src_width], tgt_in=tgt_in[:, :tgt_width], tgt_out=tgt_out[:, :tgt_width],
             n_src_tokens=int((src != pad).sum()), n_tgt_tokens=int((tgt_out != pad).sum()),
@@ -285,10 +302,11 @@ def split_batch(batch: Batch, pad: int) -> list[Batch]:
     return pieces
 
 
-def _pad_rows(seqs: Sequence[Sequence[int]], width_extra: int, offset: int, pad: int) -> tuple:
-    """Rows of ``seqs`` in a [B, max_len + width_extra] array starting at column ``offset``."""
+def _pad_rows(seqs: Sequence[Sequence[int]], width_extra: int, offset: int, pad: int, multiple: int = 1) -> tuple:
+    """Rows of ``seqs`` in a [B, max_len + width_extra] array (the width rounded up to ``multiple``) starting at
+    column ``offset``."""
     lens = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
-    width = int(lens.max(initial=0)) + width_extra
+    width = round_up(int(lens.max(initial=0)) + width_extra, multiple)
     out = np.full((len(seqs), width), pad, dtype=np.int64)
     flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=int(lens.sum()))
     cols = np.arange(width - offset)
@@ -304,14 +322,16 @@ def collate(
     pad: int,
     bos: int,
     eos: int,
+    multiple: int = 1,
 ) -> Batch:
-    """Pad a list of (src, tgt) id sequences (without BOS/EOS) into a Batch, right-padded with ``pad``."""
+    """Pad a list of (src, tgt) id sequences (without BOS/EOS) into a Batch, right-padded with ``pad``, each
+    side's length a multiple of ``multiple`` (TokenBatchSampler)."""
     if len(src_ids) != len(tgt_ids):
         raise ValueError(f"collate: {len(src_ids)} sources but {len(tgt_ids)} targets")
     rows = np.arange(len(src_ids))
-    src, src_lens = _pad_rows(src_ids, 1, 0, pad)
+    src, src_lens = _pad_rows(src_ids, 1, 0, pad, multiple)
     src[rows, src_lens] = eos
-    tgt_in, tgt_lens = _pad_rows(tgt_ids, 1, 1, pad)
+    tgt_in, tgt_lens = _pad_rows(tgt_ids, 1, 1, pad, multiple)
     tgt_in[:, 0] = bos
     tgt_out = np.empty_like(tgt_in)  # tgt_in shifted left by one, EOS after the ids
     tgt_out[:, :-1] = tgt_in[:, 1:]
@@ -335,11 +355,12 @@ def collate(
 
 def batches_from_dataset(dataset: Any, sampler: Any, special: Any) -> Iterator[Batch]:
     """Fetch each batch of ``sampler`` from ``dataset`` (``dataset[list] -> {column: [rows]}``) and collate
-    with the ``special`` ids (``.pad/.bos/.eos``, the tokenizer's). Training reads it ahead on a thread
-    (nmt.data.prefetch), which records the sampler's position with each batch."""
+    with the ``special`` ids (``.pad/.bos/.eos``, the tokenizer's), to the sampler's length multiple. Training
+    reads it ahead on a thread (nmt.data.prefetch), which records the sampler's position with each batch."""
     for idx in sampler:
         cols = dataset[idx]
-        yield collate(cols["src_ids"], cols["tgt_ids"], idx, pad=special.pad, bos=special.bos, eos=special.eos)
+        yield collate(cols["src_ids"], cols["tgt_ids"], idx, pad=special.pad, bos=special.bos, eos=special.eos,
+                      multiple=getattr(sampler, "multiple", 1))
 
 
 def source_batches(sources: Sequence[Sequence[int]], max_tokens: int,

@@ -61,6 +61,14 @@ def fine_tuning_start(cfg: Config, data: DataDir, tokenizer: Tokenizer) -> dict[
 ModelTransform = Callable[[Transformer], nn.Module]
 
 
+def compiled_graphs() -> int:
+    """The graphs torch.compile has built in this process: a new one means a batch of a shape (or a dynamic range)
+    that the graphs before it did not serve."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def unchanged(model: Transformer) -> nn.Module:
     return model
 
@@ -96,7 +104,7 @@ class Trainer:
             choose_bleu_tokenize(cfg.train, self.data.langs[1], self.report.info)
             self.resumed = self._resume(force)
             self.oom = SplitOnOOM(self.counters, self.special.pad, lambda: self.optimizer.zero_grad(set_to_none=True),
-                                  self.report.warn, self.dist.rank, self.dist.world)
+                                  self.report.warn, self.dist.rank, self.dist.world, self.multiple)
         except BaseException:
             self.close()
             raise
@@ -112,14 +120,17 @@ class Trainer:
         self.forward = self.ddp or self.model
         if t.compile:  # the model as a graph: fused kernels, fewer launches (shapes vary: it recompiles a few times)
             self.forward = torch.compile(self.forward)
+            self.graphs = compiled_graphs()  # this process's before this run's (tests train several in one)
         self.optimizer = adam(list(self.model.parameters()), lr=learning_rate(1, cfg), betas=tuple(t.betas),
                               eps=t.eps, weight_decay=t.weight_decay)
         self.scaler = grad_scaler(self.precision, self.device)
         self.report.info(f"training on {self.device} in {self.precision.describe(training=True)} (train.amp={t.amp})")
         train_lens = self.data.split_lengths("train")
         self.data.check_positions(cfg.model.max_positions)
+        self.multiple = t.length_multiple
         self.sampler = TokenBatchSampler(train_lens["src_len"], train_lens["tgt_len"], t.max_tokens, shuffle=True,
-                                         seed=t.seed, num_replicas=self.dist.world, rank=self.dist.rank)
+                                         seed=t.seed, num_replicas=self.dist.world, rank=self.dist.rank,
+                                         multiple=self.multiple)
         self.sampler.set_epoch(1)
         self.sampler_state = self.sampler.state_dict()  # after the last batch trained on (the reader runs ahead)
         self.bleu_sources, self.bleu_references = bleu_sample(self.data, self.valid_data, t.valid_bleu_sentences)
@@ -199,6 +210,8 @@ class Trainer:
             budget.update_seconds = time.monotonic() - tick
             c.elapsed = budget.elapsed()
             self.report.update(c.step, c.epoch, stats, budget.update_seconds, t.log_every)
+            if t.compile:
+                self._watch_graphs(group[-1])
             stop = False
             if c.step % t.valid_every == 0:
                 tick = time.monotonic()
@@ -214,6 +227,16 @@ class Trainer:
         c.elapsed = budget.elapsed()  # final save + averaging included
         self.report.finish(c.step, reason)
         return {**asdict(c), "stopped": reason}
+
+    def _watch_graphs(self, batch: Batch) -> None:
+        """Log each graph torch.compile builds: a few while the shapes it serves become dynamic, more when
+        batches' shapes keep surprising it (each a compile of seconds to a minute)."""
+        graphs = compiled_graphs()
+        if graphs > self.graphs:
+            self.graphs = graphs
+            self.report.info(f"torch.compile: graph {graphs} built at update {self.counters.step} (a batch of "
+                             f"{len(batch)} sentences, source {batch.src.size(1)}, target {batch.tgt_in.size(1)} "
+                             f"tokens; lengths padded to a multiple of {self.multiple})")
 
     def _skipped(self, reason: str) -> None:
         c = self.counters

@@ -29,9 +29,10 @@ def is_oom(error: BaseException) -> bool:
 
 class SplitOnOOM:
     def __init__(self, counters: Counters, pad: int, reset: Callable[[], None], warn: Callable[[str], None],
-                 rank: int = 0, world: int = 1):
-        """`reset` drops the partial gradients (and frees cached memory); `counters` counts splits and skips."""
-        self.counters, self.pad, self.reset, self.warn = counters, pad, reset, warn
+                 rank: int = 0, world: int = 1, multiple: int = 1):
+        """`reset` drops the partial gradients (and frees cached memory); `counters` counts splits and skips;
+        `multiple`: the batches' length multiple, which their halves keep."""
+        self.counters, self.pad, self.reset, self.warn, self.multiple = counters, pad, reset, warn, multiple
         self.rank, self.world = rank, world
 
     def accumulate(self, group: list[Batch], backward: Backward) -> torch.Tensor:
@@ -70,7 +71,7 @@ class SplitOnOOM:
         if len(batch) > 1:
             self.counters.oom_splits += 1
             self.warn(f"out of memory at update {step} on a batch of {len(batch)} sentences: split in two and retried")
-            return pieces[:i] + split_batch(batch, self.pad) + pieces[i + 1:]
+            return pieces[:i] + split_batch(batch, self.pad, self.multiple) + pieces[i + 1:]
         self.counters.oom_skipped += 1
         self.warn(f"out of memory at update {step} on one sentence (train example {int(batch.index[0])}, "
                   f"{batch.n_src_tokens}+{batch.n_tgt_tokens} tokens): skipped")

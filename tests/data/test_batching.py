@@ -159,7 +159,8 @@ def test_exact_resume_mid_epoch(world, rank):
     it = iter(first)
     head = [next(it) for _ in range(7)]
     state = first.state_dict()
-    assert state == {"epoch": 3, "position": 7, "seed": 5, "max_tokens": 300, "num_replicas": world}
+    assert state == {"epoch": 3, "position": 7, "seed": 5, "max_tokens": 300, "num_replicas": world,
+                     "multiple": 1}
 
     resumed = TokenBatchSampler(src, tgt, **kw)
     resumed.load_state_dict(state)

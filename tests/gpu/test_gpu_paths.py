@@ -18,6 +18,7 @@ from nmt.data.batching import collate, split_batch
 from nmt.data.prefetch import Prefetcher, epochs
 from nmt.device import pick_device
 from nmt.errors import CheckpointError, NmtError
+from nmt.log import Reporter
 from nmt.loss import chunk_rows, projected_label_smoothed_loss
 from nmt.train import distributed
 from nmt.train import state as trainstate
@@ -289,21 +290,28 @@ def test_nccl_group_is_joined_after_set_device_with_device_id(monkeypatch):
 
 
 def test_compile_option_trains_the_same_model(demo_data, tmp_path, monkeypatch):
-    compiled, real_compile = [], torch.compile
+    """train.compile: the model through torch.compile, each graph it builds logged; both runs' batches padded to
+    lengths of a multiple of 8 (train.length_multiple), which changes nothing either computes."""
+    compiled, real_compile, said = [], torch.compile, []
 
     def eager_compile(module, **kwargs):  # the wiring, without a C++ compiler: TorchDynamo's eager backend
         compiled.append(module)
         return real_compile(module, backend="eager")
 
     monkeypatch.setattr(torch, "compile", eager_compile)
-    plain = train(tiny_config(demo_data, tmp_path / "a", "train.max_updates=3", "model.dropout=0"), progress=False)
+    monkeypatch.setattr(Reporter, "info", lambda self, message: said.append(message))
+    plain = train(tiny_config(demo_data, tmp_path / "a", "train.max_updates=3", "model.dropout=0",
+                              "train.length_multiple=8"), progress=False)
     fast = train(tiny_config(demo_data, tmp_path / "b", "train.max_updates=3", "model.dropout=0",
-                             "train.compile=true"), progress=False)
+                             "train.length_multiple=8", "train.compile=true"), progress=False)
     assert len(compiled) == 1 and fast["step"] == plain["step"] == 3
     a = checkpoint.load(tmp_path / "a" / "last.pt")["model"]
     b = checkpoint.load(tmp_path / "b" / "last.pt")["model"]
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-5, msg=k)
+    graphs = [m for m in said if m.startswith("torch.compile: graph")]
+    assert graphs and "built at update 1" in graphs[0] and all("a multiple of 8" in m for m in graphs)
+    assert len(graphs) <= 3  # lengths become dynamic after a second shape: no graph per batch
 
 
 # ---------------------------------------------------------------- averaging reads the weights only
