@@ -282,7 +282,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     default = next((c for c in CHECKPOINTS if c.exists()), CHECKPOINTS[-1])
     parser.add_argument("--checkpoint", type=Path, default=default,
-                        help="model to translate with (default: runs/tiny/averaged.pt, else tests/fixtures/demo-model.pt)")
+                        help="model to translate with "
+                             "(default: runs/tiny/averaged.pt, else tests/fixtures/demo-model.pt)")
     parser.add_argument("--only", default="", help="comma-separated formats (md,html,srt,docx,pptx,odt,epub)")
     parser.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"),
                         help="the Chromium binary (default: chromium on PATH)")

@@ -69,6 +69,23 @@ def compiled_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
+class CompileWatch:
+    """Logs each graph torch.compile builds (`info`): a few while the shapes it serves become dynamic, more when
+    batches' shapes keep surprising it (each a compile of seconds to a minute)."""
+
+    def __init__(self, info: Callable[[str], None], multiple: int):
+        self.info, self.multiple = info, multiple
+        self.graphs = compiled_graphs()  # this process's before this run's (tests train several in one)
+
+    def __call__(self, step: int, batch: Batch) -> None:
+        graphs = compiled_graphs()
+        if graphs > self.graphs:
+            self.graphs = graphs
+            self.info(f"torch.compile: graph {graphs} built at update {step} (a batch of {len(batch)} sentences, "
+                      f"source {batch.src.size(1)}, target {batch.tgt_in.size(1)} tokens; lengths padded to a "
+                      f"multiple of {self.multiple})")
+
+
 def unchanged(model: Transformer) -> nn.Module:
     return model
 
@@ -120,7 +137,7 @@ class Trainer:
         self.forward = self.ddp or self.model
         if t.compile:  # the model as a graph: fused kernels, fewer launches (shapes vary: it recompiles a few times)
             self.forward = torch.compile(self.forward)
-            self.graphs = compiled_graphs()  # this process's before this run's (tests train several in one)
+            self.watch = CompileWatch(self.report.info, t.length_multiple)
         self.optimizer = adam(list(self.model.parameters()), lr=learning_rate(1, cfg), betas=tuple(t.betas),
                               eps=t.eps, weight_decay=t.weight_decay)
         self.scaler = grad_scaler(self.precision, self.device)
@@ -211,7 +228,7 @@ class Trainer:
             c.elapsed = budget.elapsed()
             self.report.update(c.step, c.epoch, stats, budget.update_seconds, t.log_every)
             if t.compile:
-                self._watch_graphs(group[-1])
+                self.watch(c.step, group[-1])
             stop = False
             if c.step % t.valid_every == 0:
                 tick = time.monotonic()
@@ -227,16 +244,6 @@ class Trainer:
         c.elapsed = budget.elapsed()  # final save + averaging included
         self.report.finish(c.step, reason)
         return {**asdict(c), "stopped": reason}
-
-    def _watch_graphs(self, batch: Batch) -> None:
-        """Log each graph torch.compile builds: a few while the shapes it serves become dynamic, more when
-        batches' shapes keep surprising it (each a compile of seconds to a minute)."""
-        graphs = compiled_graphs()
-        if graphs > self.graphs:
-            self.graphs = graphs
-            self.report.info(f"torch.compile: graph {graphs} built at update {self.counters.step} (a batch of "
-                             f"{len(batch)} sentences, source {batch.src.size(1)}, target {batch.tgt_in.size(1)} "
-                             f"tokens; lengths padded to a multiple of {self.multiple})")
 
     def _skipped(self, reason: str) -> None:
         c = self.counters
