@@ -1,6 +1,6 @@
 """Batch lengths padded to a multiple (train.length_multiple; issue 48): the budget counts the rounded lengths, the
 batch's tensors have them, the extra columns are padding that changes no loss or gradient, an OOM split keeps them,
-and a run cannot resume its batch order under another multiple."""
+a run cannot resume its batch order under another multiple, and bench/padding.py counts what the batches hold."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from nmt.data.batching import TokenBatchSampler, batches_from_dataset, collate, round_up, split_batch
+from nmt.data.datadir import DataDir
 from nmt.errors import NmtError
 from nmt.train.update import piece_loss
+from tests.helpers.bench import bench_module
 from tests.helpers.modeling import BOS, EOS, PAD, make_model
 
 IDS = dict(pad=PAD, bos=BOS, eos=EOS)
@@ -105,3 +107,22 @@ def test_a_run_resumes_its_batch_order_only_under_its_own_multiple():
         TokenBatchSampler(lens, lens, 200, multiple=8).load_state_dict(before)
     with pytest.raises(NmtError, match="multiple must be >= 1"):
         TokenBatchSampler(lens, lens, 200, multiple=0)
+
+
+
+def test_the_padding_bench_counts_what_the_batches_hold(demo_data):
+    """bench/padding.py's figures for the demo data dir are those of the batches batches_from_dataset builds, and a
+    multiple of 8 costs padding."""
+    data = DataDir.open(demo_data)
+    lengths, split = data.split_lengths("train"), data.split("train")
+    figures = {}
+    for multiple in (1, 8):
+        figures[multiple] = bench_module("padding").efficiency(lengths["src_len"], lengths["tgt_len"], 512, multiple)
+        sampler = TokenBatchSampler(lengths["src_len"], lengths["tgt_len"], 512, shuffle=False, multiple=multiple)
+        batches = list(batches_from_dataset(split, sampler, type("Ids", (), IDS)))
+        real = {side: sum(getattr(b, f"n_{side}_tokens") for b in batches) for side in ("src", "tgt")}
+        assert figures[multiple]["batches"] == len(batches)
+        assert figures[multiple]["tokens"] == pytest.approx(real["tgt"] / len(batches))
+        assert figures[multiple]["source"] == pytest.approx(real["src"] / sum(b.src.numel() for b in batches))
+        assert figures[multiple]["target"] == pytest.approx(real["tgt"] / sum(b.tgt_out.numel() for b in batches))
+    assert figures[8]["target"] < figures[1]["target"] and figures[8]["source"] < figures[1]["source"]
