@@ -59,7 +59,7 @@ from nmt.loss import label_smoothed_loss, target_positions
 from nmt.precision import Precision, prepare
 from nmt.train.optim import adam
 from nmt.train.state import SkippedUpdate
-from nmt.train.update import finish_update, grad_scaler, piece_backward, piece_loss
+from nmt.train.update import decides_on_device, finish_update, grad_scaler, piece_backward, piece_loss, queue_update
 
 
 def make_batch(max_tokens: int, vocab: int, device: torch.device, seed: int = 0) -> Batch:
@@ -82,15 +82,19 @@ def padding_efficiency(batch: Batch) -> tuple[float, float]:
 
 def update_fn(model, loss_fn, optimizer, batch: Batch, epsilon: float, device: torch.device, precision: Precision,
               clip_norm: float = 0.0):
-    """One update as `nmt train` runs it (nmt.train.update): the piece's backward, then unscale, gradient norm
-    (clipped when clip_norm > 0), the finite check with its host wait, the step. fp16: the loss scaler starts
-    where `nmt train`'s does; an update it skips (no Adam step: it looks faster) is counted in `update.skipped`."""
+    """One update as `nmt train` runs it (nmt.train.update): the piece's backward, then the gradient norm (clipped
+    when clip_norm > 0), the finite check and the step, decided on the device (queue_update) or, with fp16's loss
+    scaler, on the host after one wait (finish_update). fp16: the loss scaler starts where `nmt train`'s does; an
+    update it skips (no Adam step: it looks faster) is counted in `update.skipped`."""
     scaler = grad_scaler(precision, device)
     params = list(model.parameters())
 
     def update() -> None:
         sums = piece_backward(lambda: loss_fn(model, batch, epsilon), scaler, 1.0 / batch.n_tgt_tokens, device,
                               precision)
+        if decides_on_device(optimizer, scaler):  # the step decided on the device: nothing waits for it
+            queue_update(params, optimizer, clip_norm, sums)
+            return
         try:
             finish_update(params, optimizer, scaler, clip_norm, sums)
         except SkippedUpdate:

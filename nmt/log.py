@@ -145,9 +145,12 @@ class Reporter:
             self.bar.start()
             self.task = self.bar.add_task("train", total=total, completed=done, stats="")
 
-    def update(self, step: int, epoch: int, stats: dict[str, float], seconds: float, log_every: int) -> None:
+    def update(self, step: int, epoch: int, stats: dict[str, float], seconds: float, log_every: int,
+               at: float | None = None) -> None:
+        """Update `step` taken; `at`: when it ended (time.monotonic), if it is reported later (nmt.train.late)."""
         if not self.enabled:
             return
+        now = time.monotonic() if at is None else at
         self.tokens += stats["tokens"]
         self.window_updates += 1
         self.sums["loss"] += stats["loss"]
@@ -158,7 +161,7 @@ class Reporter:
                             stats=f"loss {stats['loss']:.3f} lr {stats['lr']:.2e} {speed:,.0f} tok/s")
         if step % log_every:
             return
-        span = max(time.monotonic() - self.window_start, 1e-9)
+        span = max(now - self.window_start, 1e-9)
         n = self.window_updates
         record = {
             "type": "train", "step": step, "epoch": epoch, "loss": self.sums["loss"] / n,
@@ -174,7 +177,7 @@ class Reporter:
             self.bar.console.print(line)
         else:
             console.print(line)
-        self.tokens, self.window_updates, self.window_start = 0.0, 0, time.monotonic()
+        self.tokens, self.window_updates, self.window_start = 0.0, 0, now
         self.sums = {"loss": 0.0, "nll": 0.0}
 
     def valid(self, step: int, result: dict[str, float]) -> None:

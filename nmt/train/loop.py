@@ -30,16 +30,18 @@ from nmt.device import keep_freed_memory, pick_device
 from nmt.errors import NmtError
 from nmt.log import Reporter, console
 from nmt.model import Transformer
-from nmt.precision import autocast, choose, prepare
+from nmt.precision import autocast, choose, not_finite_reason, prepare
 from nmt.rundir import RunDir
 from nmt.tokenizer import Tokenizer
 from nmt.train import distributed
 from nmt.train import state as trainstate
 from nmt.train.budget import TimeBudget
+from nmt.train.late import LateUpdates
 from nmt.train.oom import SplitOnOOM
 from nmt.train.optim import adam, learning_rate
 from nmt.train.state import Counters, SkippedUpdate
-from nmt.train.update import finish_update, grad_scaler, piece_backward, piece_loss
+from nmt.train.tally import Tally
+from nmt.train.update import decides_on_device, finish_update, grad_scaler, piece_backward, piece_loss, queue_update
 from nmt.train.validate import bleu_sample, choose_bleu_tokenize, greedy_bleu, keep_bleu_tokenize, validation_loss
 
 
@@ -122,6 +124,8 @@ class Trainer:
             self.resumed = self._resume(force)
             self.oom = SplitOnOOM(self.counters, self.special.pad, lambda: self.optimizer.zero_grad(set_to_none=True),
                                   self.report.warn, self.dist.rank, self.dist.world, self.multiple)
+            self.tally = Tally(cfg, self.counters, self.report, self.run_dir, self.watch, self.late,
+                               lambda: not_finite_reason(self.scaler))
         except BaseException:
             self.close()
             raise
@@ -135,12 +139,14 @@ class Trainer:
         self.model = model_transform(prepare(self.model, self.device, self.precision, training=True))
         self.ddp = self.dist.wrap(self.model)
         self.forward = self.ddp or self.model
+        self.watch = None
         if t.compile:  # the model as a graph: fused kernels, fewer launches (shapes vary: it recompiles a few times)
             self.forward = torch.compile(self.forward)
             self.watch = CompileWatch(self.report.info, t.length_multiple)
         self.optimizer = adam(list(self.model.parameters()), lr=learning_rate(1, cfg), betas=tuple(t.betas),
                               eps=t.eps, weight_decay=t.weight_decay)
         self.scaler = grad_scaler(self.precision, self.device)
+        self.late = LateUpdates(cfg, self.device)
         self.report.info(f"training on {self.device} in {self.precision.describe(training=True)} (train.amp={t.amp})")
         train_lens = self.data.split_lengths("train")
         self.data.check_positions(cfg.model.max_positions)
@@ -209,8 +215,9 @@ class Trainer:
         saved_step = c.step if self.resumed else -1
         self.report.start(total=t.max_updates, done=c.step)
         reason = "max_updates"
-        while c.step < t.max_updates:
-            if budget.exhausted(validate_next=(c.step + 1) % t.valid_every == 0):
+        while c.step + len(self.late.queued) < t.max_updates:
+            ahead = c.step + len(self.late.queued) + 1  # the count after the next update, if each one is taken
+            if budget.exhausted(validate_next=ahead % t.valid_every == 0):
                 reason = "max_minutes"
                 break
             group = list(itertools.islice(batches, t.update_freq))
@@ -219,16 +226,22 @@ class Trainer:
                 break
             tick = time.monotonic()
             try:
-                stats = self.update(group)  # lr -> forward/backward per piece -> clip -> step
+                stats = self.update(group)  # lr -> forward/backward per piece -> clip -> step; None: queued
             except SkippedUpdate as skipped:
-                self._skipped(str(skipped))
+                self.tally.settle(budget)
+                self.tally.skipped(str(skipped))
                 continue
-            c.stepped()
             budget.update_seconds = time.monotonic() - tick
-            c.elapsed = budget.elapsed()
-            self.report.update(c.step, c.epoch, stats, budget.update_seconds, t.log_every)
-            if t.compile:
-                self.watch(c.step, group[-1])
+            if stats is not None:
+                self.tally.stepped(budget, stats, c.epoch, group[-1])
+            else:  # decided on the device: the update before it is read while it runs
+                self.tally.settle(budget, keep=1)
+                n = c.step + 1  # the count after it, if it is taken
+                if n % t.valid_every and n % t.save_every and n < t.max_updates:
+                    continue
+                self.tally.settle(budget)  # what comes next needs the exact count
+                if c.step < n:  # skipped: this count's validation and save came when it was reached
+                    continue
             stop = False
             if c.step % t.valid_every == 0:
                 tick = time.monotonic()
@@ -239,36 +252,30 @@ class Trainer:
             if stop:
                 reason = "patience"
                 break
+        self.tally.settle(budget)
         c.elapsed = budget.elapsed()
         self._finish(saved_step)
         c.elapsed = budget.elapsed()  # final save + averaging included
         self.report.finish(c.step, reason)
         return {**asdict(c), "stopped": reason}
 
-    def _skipped(self, reason: str) -> None:
-        c = self.counters
-        c.skipped()
-        self.report.warn(f"{reason} at update {c.step + 1}: update skipped ({c.bad_updates} in a row)")
-        if c.bad_updates >= self.cfg.train.max_bad_updates:
-            what = "non-finite" if reason.startswith("non-finite") else "skipped"
-            raise NmtError(f"{c.bad_updates} {what} updates in a row; stopping "
-                           f"(last good checkpoint kept in {self.run_dir})")
-
     # ---- one update
-    def update(self, group: list[Batch]) -> dict[str, float]:
-        """Forward/backward over a group of batches and one optimizer step; SkippedUpdate when not taken.
-
-        The host waits for the device once per update, for the numbers that decide whether the step is
-        taken (a finite loss and gradient norm; GradScaler's step waits for the same) and are logged; the
-        losses stay on the device until then. (Plus, under DDP, the token count's all-reduce, on an idle
-        device: the previous update was waited for.)"""
-        t = self.cfg.train
+    def update(self, group: list[Batch]) -> dict[str, float] | None:
+        """Forward/backward over a group of batches and one optimizer step, decided on the device and queued
+        (None: nmt.train.late), or where it cannot be (nmt.train.update) on the host, which waits once for the
+        numbers it returns (SkippedUpdate when not taken). Under DDP the token count's all-reduce waits too."""
+        t, c = self.cfg.train, self.counters
         (total,) = self.dist.sum([float(sum(b.n_tgt_tokens for b in group))])
-        lr = learning_rate(self.counters.step + 1, self.cfg)
+        on_device = decides_on_device(self.optimizer, self.scaler)
+        lr = self.late.learning_rate(c.step) if on_device else learning_rate(c.step + 1, self.cfg)
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
         self.model.train()
         sums = self.oom.accumulate(group, lambda batch, last: self._backward(batch, last, total))  # [loss, nll]
+        if on_device:
+            numbers = queue_update(self.model.parameters(), self.optimizer, t.clip_norm, sums, self.dist.sum_)
+            self.late.push(numbers, lr, total, c.epoch, group[-1])
+            return None
         loss_sum, nll_sum, norm = finish_update(self.model.parameters(), self.optimizer, self.scaler, t.clip_norm,
                                                 sums, self.dist.sum_)
         return {"loss": loss_sum / total, "nll": nll_sum / total, "lr": lr, "gnorm": norm, "tokens": total}

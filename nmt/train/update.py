@@ -1,6 +1,11 @@
 """One training update's arithmetic: a piece's loss and backward, the gradient norm (and clipping), the finite
 check and the optimizer step. `nmt train` (nmt.train.loop) runs it, and bench/train.py times the same functions,
 so that the bench measures what training runs.
+
+Two ways to end an update. `queue_update`: the decision whether the step is taken is made on the device (fused
+Adam skips a step through its `found_inf` input) and the update's numbers stay there, read by the host one update
+later, while the next one runs: nothing in an update waits for the device. `finish_update`, where that cannot be
+(fp16's loss scaler, an Adam without the fused kernel): one host wait per update, for the decision.
 """
 
 from __future__ import annotations
@@ -53,6 +58,31 @@ def gradient_norm(params: Iterable[nn.Parameter], clip_norm: float) -> Tensor:
     if clip_norm > 0:
         return torch.nn.utils.clip_grad_norm_(with_grads, clip_norm)
     return torch.nn.utils.get_total_norm([p.grad for p in with_grads])
+
+
+def decides_on_device(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> bool:
+    """Whether an update's step can be decided on the device (queue_update): fused Adam, which takes `found_inf`,
+    and no fp16 loss scaler (whose own skip and scale update finish_update keeps)."""
+    return bool(optimizer.defaults.get("fused")) and not scaler.is_enabled()
+
+
+def queue_update(params: Iterable[nn.Parameter], optimizer: torch.optim.Optimizer, clip_norm: float, sums: Tensor,
+                 reduce: Callable[[Tensor], Tensor] = lambda t: t) -> Tensor:
+    """The end of an update without a host wait: the gradient norm (clipped), the step taken unless the loss or
+    the norm is not finite (fused Adam's `found_inf`: then nothing moves, its step count neither), the gradients
+    dropped. Returns [loss sum, NLL sum, gradient norm, taken (1 or 0)] as float64 on the device, with `sums` [2]
+    reduced over the processes by `reduce`; the optimizer's learning rate is whatever tensor its groups hold."""
+    params = list(params)
+    norm = gradient_norm(params, clip_norm)
+    numbers = torch.cat([reduce(sums.double()), norm.double().reshape(1)])
+    finite = norm.isfinite() & numbers[0].isfinite()
+    optimizer.found_inf = (~finite).float()
+    try:
+        optimizer.step()
+    finally:
+        optimizer.found_inf = None
+    optimizer.zero_grad(set_to_none=True)
+    return torch.cat([numbers, finite.double().reshape(1)])
 
 
 def finish_update(params: Iterable[nn.Parameter], optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,

@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.distributed as torch_dist
 
+import nmt.train.loop as loop_mod
 import nmt.train.update as update_mod
 from nmt import checkpoint, kernels, precision
 from nmt.data.batching import collate, split_batch
@@ -23,6 +24,7 @@ from nmt.loss import chunk_rows, projected_label_smoothed_loss
 from nmt.train import distributed
 from nmt.train import state as trainstate
 from nmt.train.loop import Trainer, train
+from nmt.train.optim import learning_rate
 from tests.helpers.training import tiny_config
 
 
@@ -176,17 +178,44 @@ def test_a_checkpoint_records_the_batches_trained_on_not_those_read_ahead(demo_d
     assert saved["position"] == 3 and saved["epoch"] == 1
 
 
-def test_an_update_waits_for_the_device_once(demo_data, tmp_path, monkeypatch):
-    """Every read of a tensor's value by the host (item, tolist, float, bool) is a wait for the GPU there: an
-    update makes one, for the loss, NLL and gradient norm together."""
+def host_reads(monkeypatch) -> list[str]:
+    """Every read of a tensor's value by the host (item, tolist, float, bool, int), which is a wait for a GPU."""
+    reads = []
+    for name in ("item", "tolist", "__float__", "__bool__", "__int__"):
+        real = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda t, *a, _r=real, _n=name: reads.append(_n) or _r(t, *a))
+    return reads
+
+
+def test_an_update_decided_on_the_device_waits_for_nothing(demo_data, tmp_path, monkeypatch):
+    """With fused Adam (and no fp16 loss scaler) an update's step is decided on the device and its numbers stay
+    there: two updates read nothing; the host then reads both at once, one wait, while a next one would run."""
+    trainer = Trainer(tiny_config(demo_data, tmp_path / "run", "train.update_freq=3"), progress=False)
+    try:
+        batches = epochs(trainer.train_data, trainer.sampler, trainer.special, 0)
+        groups = [[next(batches).batch for _ in range(3)] for _ in range(2)]
+        reads = host_reads(monkeypatch)
+        assert [trainer.update(group) for group in groups] == [None, None]
+        assert reads == [] and len(trainer.late.queued) == 2
+        numbers = [values for _, values in trainer.late.read()]
+        monkeypatch.undo()
+    finally:
+        trainer.close()
+    assert reads == ["tolist"]
+    for loss, nll, norm, taken, _ in numbers:
+        assert loss > nll > 0 and norm > 0 and taken == 1.0
+    lrs = [learning_rate(1, trainer.cfg), learning_rate(2, trainer.cfg)]
+    assert [values[4] for values in numbers] == pytest.approx(lrs, rel=1e-15)
+
+
+def test_where_the_host_decides_an_update_waits_for_the_device_once(demo_data, tmp_path, monkeypatch):
+    """Without fused Adam or with fp16's loss scaler: one read per update, for the loss, NLL and norm together."""
+    monkeypatch.setattr(loop_mod, "decides_on_device", lambda optimizer, scaler: False)
     trainer = Trainer(tiny_config(demo_data, tmp_path / "run", "train.update_freq=3"), progress=False)
     try:
         batches = epochs(trainer.train_data, trainer.sampler, trainer.special, 0)
         group = [next(batches).batch for _ in range(3)]
-        reads = []
-        for name in ("item", "tolist", "__float__", "__bool__", "__int__"):
-            real = getattr(torch.Tensor, name)
-            monkeypatch.setattr(torch.Tensor, name, lambda t, *a, _r=real, _n=name: reads.append(_n) or _r(t, *a))
+        reads = host_reads(monkeypatch)
         stats = trainer.update(group)
         monkeypatch.undo()
     finally:

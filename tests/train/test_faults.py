@@ -536,11 +536,13 @@ def captured_gradients(trainer: Trainer, group) -> dict[str, torch.Tensor]:
     """The gradient one _update hands to the optimizer (the step itself is not taken)."""
     grads = {}
 
-    def capture(optimizer):
+    def capture(*_):
         grads.update({n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
 
-    trainer.scaler.step = capture
-    assert trainer.update(group) is not None
+    trainer.scaler.step = capture  # where the host decides (fp16's scaler)
+    trainer.optimizer.step = capture  # where the device decides (nmt.train.update.queue_update)
+    trainer.update(group)
+    assert grads
     return grads
 
 

@@ -1,0 +1,62 @@
+"""Updates decided on the device, read by the host one update late (nmt.train.update.queue_update).
+
+The host reads an update's numbers (its loss, NLL and gradient norm, whether its step was taken, its learning
+rate) while the next update runs, so the device never waits for the host between updates. What depends on
+whether an update was taken is kept on the device: the count of taken updates and, from it, the next learning
+rate (a skipped update does not move the schedule, as when the host decided). The host settles everything
+queued before it validates, saves or stops (nmt.train.loop)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from nmt.config.experiment import Config
+from nmt.data.batching import Batch
+from nmt.train.optim import learning_rate_on
+
+
+@dataclass
+class Queued:
+    """An update not yet read: [loss sum, NLL sum, gradient norm, taken, learning rate] on the device, the
+    target tokens it trained on, its epoch, its last piece (what a torch.compile watch reports) and when the host
+    queued it (time.monotonic: the log's updates/s)."""
+
+    numbers: Tensor
+    tokens: float
+    epoch: int
+    batch: Batch
+    at: float
+
+
+class LateUpdates:
+    def __init__(self, cfg: Config, device: torch.device):
+        self.cfg, self.device = cfg, device
+        self.taken: Tensor | None = None  # updates taken, float64 on the device (from the host's count at the first)
+        self.queued: list[Queued] = []
+        # fused Adam reads a tensor learning rate as float32 on CUDA (its kernel's lr_ptr), as a double on a CPU
+        self.lr_dtype = torch.float32 if device.type == "cuda" else torch.float64
+
+    def learning_rate(self, steps: int) -> Tensor:
+        """The next update's learning rate, on the device, from the updates taken before it; `steps` (the host's
+        count, exact when nothing is queued) starts the device's count at the first update."""
+        if self.taken is None:
+            self.taken = torch.tensor(float(steps), dtype=torch.float64, device=self.device)
+        return learning_rate_on(self.taken + 1, self.cfg).to(self.lr_dtype)
+
+    def push(self, numbers: Tensor, lr: Tensor, tokens: float, epoch: int, batch: Batch) -> None:
+        """Queue an update: `numbers` as queue_update returns them, `lr` the rate it ran at."""
+        self.taken += numbers[3]
+        numbers = torch.cat([numbers, lr.double().reshape(1)])
+        self.queued.append(Queued(numbers, tokens, epoch, batch, time.monotonic()))
+
+    def read(self, keep: int = 0) -> list[tuple[Queued, list[float]]]:
+        """The queued updates but the last `keep`, oldest first, with their numbers read: one host wait for all."""
+        n = len(self.queued) - keep
+        if n <= 0:
+            return []
+        done, self.queued = self.queued[:n], self.queued[n:]
+        return list(zip(done, torch.stack([q.numbers for q in done]).tolist(), strict=True))
