@@ -44,7 +44,7 @@ class LateUpdates:
         """The next update's learning rate, on the device, from the updates taken before it; `steps` (the host's
         count, exact when nothing is queued) starts the device's count at the first update."""
         if self.taken is None:
-            self.taken = torch.tensor(float(steps), dtype=torch.float64, device=self.device)
+            self.taken = torch.full((), float(steps), dtype=torch.float64, device=self.device)  # no host copy
         return learning_rate_on(self.taken + 1, self.cfg).to(self.lr_dtype)
 
     def push(self, numbers: Tensor, lr: Tensor, tokens: float, epoch: int, batch: Batch) -> None:

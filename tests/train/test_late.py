@@ -15,11 +15,13 @@ import nmt.train.loop as loop_mod
 import nmt.train.update as update_mod
 from nmt import checkpoint
 from nmt.config.experiment import Config
+from nmt.data.prefetch import epochs
 from nmt.precision import Precision
-from nmt.train.loop import train
+from nmt.train.loop import Trainer, train
 from nmt.train.optim import adam, learning_rate, learning_rate_on
 from nmt.train.update import decides_on_device, finish_update, grad_scaler, queue_update
 from tests.helpers.training import tiny_config
+from tests.helpers.waits import no_host_wait
 
 
 def model_with_grads(seed: int = 0) -> nn.Module:
@@ -100,3 +102,19 @@ def test_a_run_decided_on_the_device_ends_where_the_host_decided_run_ends(demo_d
         assert all(torch.equal(a[k], b[k]) for k in a), name
     state = checkpoint.load(tmp_path / "device" / "last.pt")["train_state"]
     assert state["optimizer"]["state"][0]["step"] == 7  # the skipped update took no Adam step
+
+
+def test_an_update_decided_on_the_device_asks_it_for_nothing(demo_data, tmp_path):
+    """Counted on the CPU (tests/helpers/waits.py): no value read, no host copy, no data-dependent operator in three
+    updates, the first included; the numbers of all three are then read at once. tests/gpu/test_gpu_update.py runs
+    the same under CUDA's own check."""
+    trainer = Trainer(tiny_config(demo_data, tmp_path / "run", "train.update_freq=2"), progress=False)
+    try:
+        batches = epochs(trainer.train_data, trainer.sampler, trainer.special, 0)
+        groups = [[next(batches).batch for _ in range(2)] for _ in range(3)]
+        with no_host_wait(torch.device("cpu")):
+            assert [trainer.update(group) for group in groups] == [None] * 3
+        numbers = [values for _, values in trainer.late.read()]
+    finally:
+        trainer.close()
+    assert [taken for *_, taken, _ in numbers] == [1.0, 1.0, 1.0]
