@@ -21,12 +21,11 @@ from nmt.train.optim import learning_rate_on
 
 @dataclass
 class Queued:
-    """An update not yet read: [loss sum, NLL sum, gradient norm, taken, learning rate] on the device, the
-    target tokens it trained on, its epoch, its last piece (what a torch.compile watch reports) and when the host
-    queued it (time.monotonic: the log's updates/s)."""
+    """An update not yet read: [loss sum, NLL sum, gradient norm, taken, learning rate, target tokens] on the
+    device, its epoch, its last piece (what a torch.compile watch reports) and when the host queued it
+    (time.monotonic: the log's updates/s)."""
 
     numbers: Tensor
-    tokens: float
     epoch: int
     batch: Batch
     at: float
@@ -47,11 +46,12 @@ class LateUpdates:
             self.taken = torch.full((), float(steps), dtype=torch.float64, device=self.device)  # no host copy
         return learning_rate_on(self.taken + 1, self.cfg).to(self.lr_dtype)
 
-    def push(self, numbers: Tensor, lr: Tensor, tokens: float, epoch: int, batch: Batch) -> None:
-        """Queue an update: `numbers` as queue_update returns them, `lr` the rate it ran at."""
+    def push(self, numbers: Tensor, lr: Tensor, tokens: Tensor, epoch: int, batch: Batch) -> None:
+        """Queue an update: `numbers` as queue_update returns them, `lr` the rate it ran at, `tokens` its target
+        tokens over all processes (float64, on the device)."""
         self.taken += numbers[3]
-        numbers = torch.cat([numbers, lr.double().reshape(1)])
-        self.queued.append(Queued(numbers, tokens, epoch, batch, time.monotonic()))
+        numbers = torch.cat([numbers, lr.double().reshape(1), tokens.reshape(1)])
+        self.queued.append(Queued(numbers, epoch, batch, time.monotonic()))
 
     def read(self, keep: int = 0) -> list[tuple[Queued, list[float]]]:
         """The queued updates but the last `keep`, oldest first, with their numbers read: one host wait for all."""

@@ -263,10 +263,12 @@ class Trainer:
     def update(self, group: list[Batch]) -> dict[str, float] | None:
         """Forward/backward over a group of batches and one optimizer step, decided on the device and queued
         (None: nmt.train.late), or where it cannot be (nmt.train.update) on the host, which waits once for the
-        numbers it returns (SkippedUpdate when not taken). Under DDP the token count's all-reduce waits too."""
+        numbers it returns (SkippedUpdate when not taken)."""
         t, c = self.cfg.train, self.counters
-        (total,) = self.dist.sum([float(sum(b.n_tgt_tokens for b in group))])
-        on_device = decides_on_device(self.optimizer, self.scaler)
+        tokens, on_device = float(sum(b.n_tgt_tokens for b in group)), decides_on_device(self.optimizer, self.scaler)
+        # the update's target tokens over all processes: on the device (read late), or on the host
+        total = self.dist.sum_(torch.full((), tokens, dtype=torch.float64, device=self.device)) if on_device else \
+            self.dist.sum([tokens])[0]
         lr = self.late.learning_rate(c.step) if on_device else learning_rate(c.step + 1, self.cfg)
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
@@ -280,9 +282,9 @@ class Trainer:
                                                 sums, self.dist.sum_)
         return {"loss": loss_sum / total, "nll": nll_sum / total, "lr": lr, "gnorm": norm, "tokens": total}
 
-    def _backward(self, batch: Batch, last: bool, total: float) -> torch.Tensor:
-        """Add one piece's gradient (its loss normalised by the update's `total` target tokens); returns its
-        loss and NLL sums [2], on the device."""
+    def _backward(self, batch: Batch, last: bool, total: float | torch.Tensor) -> torch.Tensor:
+        """Add one piece's gradient (its loss normalised by the update's `total` target tokens, on the host or the
+        device); returns its loss and NLL sums [2], on the device."""
         batch = batch.to(self.device)
         loss_of = lambda: piece_loss(self.forward, self.model, batch, self.cfg.train.label_smoothing,  # noqa: E731
                                      self.special.pad)

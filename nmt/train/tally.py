@@ -47,9 +47,9 @@ class Tally:
     def settle(self, budget: TimeBudget, keep: int = 0) -> None:
         """Read the updates decided on the device but the last `keep`, oldest first, and count each: taken, or
         skipped (a loss or gradient norm that was not finite)."""
-        for q, (loss, nll, norm, taken, lr) in self.late.read(keep):
+        for q, (loss, nll, norm, taken, lr, tokens) in self.late.read(keep):
             if not taken:
                 self.skipped(self.reason())
                 continue
-            stats = {"loss": loss / q.tokens, "nll": nll / q.tokens, "lr": lr, "gnorm": norm, "tokens": q.tokens}
+            stats = {"loss": loss / tokens, "nll": nll / tokens, "lr": lr, "gnorm": norm, "tokens": tokens}
             self.stepped(budget, stats, q.epoch, q.batch, q.at)

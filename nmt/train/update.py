@@ -40,12 +40,14 @@ def piece_loss(forward: Callable[..., Tensor], model: nn.Module, batch: Batch, l
                                          model.output_bias, positions=batch.tgt_positions)
 
 
-def piece_backward(loss_of: Callable[[], tuple[Tensor, Tensor]], scaler: torch.amp.GradScaler, weight: float,
+def piece_backward(loss_of: Callable[[], tuple[Tensor, Tensor]], scaler: torch.amp.GradScaler, weight: float | Tensor,
                    device: torch.device, precision: Precision) -> Tensor:
-    """Adds one piece's gradient, its loss times `weight` (1 / the update's target tokens); returns its loss
-    and NLL sums [2], left on the device."""
+    """Adds one piece's gradient, its loss times `weight` (1 / the update's target tokens, a float or a tensor on
+    the device); returns its loss and NLL sums [2], left on the device."""
     with autocast(device, precision):
         loss, nll = loss_of()
+    if isinstance(weight, Tensor):  # float64 on the device: rounded to float32 as a float is in loss * weight
+        weight = weight.float()
     scaler.scale(loss * weight).backward()
     return torch.stack([loss.detach(), nll.detach()])
 

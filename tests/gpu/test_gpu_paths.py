@@ -202,10 +202,11 @@ def test_an_update_decided_on_the_device_waits_for_nothing(demo_data, tmp_path, 
     finally:
         trainer.close()
     assert reads == ["tolist"]
-    for loss, nll, norm, taken, _ in numbers:
+    for loss, nll, norm, taken, *_ in numbers:
         assert loss > nll > 0 and norm > 0 and taken == 1.0
     lrs = [learning_rate(1, trainer.cfg), learning_rate(2, trainer.cfg)]
     assert [values[4] for values in numbers] == pytest.approx(lrs, rel=1e-15)
+    assert [values[5] for values in numbers] == [float(sum(b.n_tgt_tokens for b in g)) for g in groups]
 
 
 def test_where_the_host_decides_an_update_waits_for_the_device_once(demo_data, tmp_path, monkeypatch):

@@ -42,5 +42,5 @@ def test_no_training_update_waits_for_the_gpu(demo_data, tmp_path, amp):
         numbers = [values for _, values in trainer.late.read()]
     finally:
         trainer.close()
-    for loss, nll, norm, taken, lr in numbers:
+    for loss, nll, norm, taken, lr, _ in numbers:
         assert loss > nll > 0 and norm > 0 and taken == 1.0 and lr > 0

@@ -117,4 +117,4 @@ def test_an_update_decided_on_the_device_asks_it_for_nothing(demo_data, tmp_path
         numbers = [values for _, values in trainer.late.read()]
     finally:
         trainer.close()
-    assert [taken for *_, taken, _ in numbers] == [1.0, 1.0, 1.0]
+    assert [values[3] for values in numbers] == [1.0, 1.0, 1.0]
