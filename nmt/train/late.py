@@ -9,6 +9,7 @@ queued before it validates, saves or stops (nmt.train.loop)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -45,6 +46,10 @@ class LateUpdates:
         if self.taken is None:
             self.taken = torch.full((), float(steps), dtype=torch.float64, device=self.device)  # no host copy
         return learning_rate_on(self.taken + 1, self.cfg).to(self.lr_dtype)
+
+    def tokens(self, count: float, reduce: Callable[[Tensor], Tensor]) -> Tensor:
+        """An update's target tokens summed over the processes (`reduce`) on the device: nothing waits for it."""
+        return reduce(torch.full((), count, dtype=torch.float64, device=self.device))
 
     def push(self, numbers: Tensor, lr: Tensor, tokens: Tensor, epoch: int, batch: Batch) -> None:
         """Queue an update: `numbers` as queue_update returns them, `lr` the rate it ran at, `tokens` its target

@@ -231,11 +231,12 @@ class Trainer:
                 self.tally.settle(budget)
                 self.tally.skipped(str(skipped))
                 continue
-            budget.update_seconds = time.monotonic() - tick
             if stats is not None:
+                budget.update_seconds = time.monotonic() - tick
                 self.tally.stepped(budget, stats, c.epoch, group[-1])
             else:  # decided on the device: the update before it is read while it runs
                 self.tally.settle(budget, keep=1)
+                budget.update_seconds = time.monotonic() - tick  # with that wait: the device's pace, not the host's
                 n = c.step + 1  # the count after it, if it is taken
                 if n % t.valid_every and n % t.save_every and n < t.max_updates:
                     continue
@@ -266,9 +267,7 @@ class Trainer:
         numbers it returns (SkippedUpdate when not taken)."""
         t, c = self.cfg.train, self.counters
         tokens, on_device = float(sum(b.n_tgt_tokens for b in group)), decides_on_device(self.optimizer, self.scaler)
-        # the update's target tokens over all processes: on the device (read late), or on the host
-        total = self.dist.sum_(torch.full((), tokens, dtype=torch.float64, device=self.device)) if on_device else \
-            self.dist.sum([tokens])[0]
+        total = self.late.tokens(tokens, self.dist.sum_) if on_device else self.dist.sum([tokens])[0]  # all processes'
         lr = self.late.learning_rate(c.step) if on_device else learning_rate(c.step + 1, self.cfg)
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
