@@ -267,7 +267,7 @@ class Trainer:
         numbers it returns (SkippedUpdate when not taken)."""
         t, c = self.cfg.train, self.counters
         tokens, on_device = float(sum(b.n_tgt_tokens for b in group)), decides_on_device(self.optimizer, self.scaler)
-        total = self.late.tokens(tokens, self.dist.sum_) if on_device else self.dist.sum([tokens])[0]  # all processes'
+        total = self.late.tokens(tokens, self.dist.sum_) if on_device else self.dist.sum([tokens])[0]  # all ranks'
         lr = self.late.learning_rate(c.step) if on_device else learning_rate(c.step + 1, self.cfg)
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
