@@ -22,11 +22,12 @@ from nmt.train.optim import learning_rate_on
 
 @dataclass
 class Queued:
-    """An update not yet read: [loss sum, NLL sum, gradient norm, taken, learning rate, target tokens] on the
-    device, its epoch, its last piece (what a torch.compile watch reports) and when the host queued it
-    (time.monotonic: the log's updates/s)."""
+    """An update not yet read: [loss sum, NLL sum, gradient norm, taken, learning rate, target tokens] (on a GPU
+    being copied to pinned host memory, `copied` recorded after the copy), its epoch, its last piece (what a
+    torch.compile watch reports) and when the host queued it (time.monotonic: the log's updates/s)."""
 
     numbers: Tensor
+    copied: torch.cuda.Event | None
     epoch: int
     batch: Batch
     at: float
@@ -55,13 +56,20 @@ class LateUpdates:
         """Queue an update: `numbers` as queue_update returns them, `lr` the rate it ran at, `tokens` its target
         tokens over all processes (float64, on the device)."""
         self.taken += numbers[3]
-        numbers = torch.cat([numbers, lr.double().reshape(1), tokens.reshape(1)])
-        self.queued.append(Queued(numbers, epoch, batch, time.monotonic()))
+        numbers, copied = torch.cat([numbers, lr.double().reshape(1), tokens.reshape(1)]), None
+        if numbers.device.type == "cuda":  # read later without waiting for the updates queued after this one
+            numbers, copied = numbers.to("cpu", non_blocking=True), torch.cuda.Event()
+            copied.record()
+        self.queued.append(Queued(numbers, copied, epoch, batch, time.monotonic()))
 
     def read(self, keep: int = 0) -> list[tuple[Queued, list[float]]]:
-        """The queued updates but the last `keep`, oldest first, with their numbers read: one host wait for all."""
+        """The queued updates but the last `keep`, oldest first, with their numbers read: one host wait for all,
+        and on a GPU only for their own copies (a read from the device would wait for every kernel queued before
+        it, the next update's included)."""
         n = len(self.queued) - keep
         if n <= 0:
             return []
         done, self.queued = self.queued[:n], self.queued[n:]
+        if done[-1].copied is not None:
+            done[-1].copied.synchronize()
         return list(zip(done, torch.stack([q.numbers for q in done]).tolist(), strict=True))
