@@ -30,8 +30,8 @@ def _as_lengths(lens: Sequence[int] | np.ndarray, name: str) -> np.ndarray:
     return arr
 
 
-def round_up(n: int, multiple: int) -> int:
-    """n rounded up to a multiple of `multiple` (>= 1)."""
+def round_up(n: int | np.ndarray, multiple: int) -> int | np.ndarray:
+    """n (a length, or an array of them) rounded up to a multiple of `multiple` (>= 1)."""
     return -(-n // multiple) * multiple
 
 
@@ -154,7 +154,7 @@ class TokenBatchSampler:
         # Sort key (tgt, src) as one integer; the sorted size sequence is the same whatever the tie-break.
         self._key = self._tgt * (int(self._src.max(initial=0)) + 1) + self._src
         sorted_sizes = np.maximum(self._src, self._tgt)[np.argsort(self._key, kind="stable")]
-        sorted_sizes = -(-sorted_sizes // self.multiple) * self.multiple  # round_up, as collate pads
+        sorted_sizes = round_up(sorted_sizes, self.multiple)  # as collate pads
         self._bounds = cut_batches(sorted_sizes, self.max_tokens)
         n_global = len(self._bounds) - 1
         self._n_padded = -(-n_global // self.num_replicas) * self.num_replicas

@@ -123,7 +123,7 @@ class Trainer:
             choose_bleu_tokenize(cfg.train, self.data.langs[1], self.report.info)
             self.resumed = self._resume(force)
             self.oom = SplitOnOOM(self.counters, self.special.pad, lambda: self.optimizer.zero_grad(set_to_none=True),
-                                  self.report.warn, self.dist.rank, self.dist.world, self.multiple)
+                                  self.report.warn, self.dist.rank, self.dist.world, self.sampler.multiple)
             self.tally = Tally(cfg, self.counters, self.report, self.run_dir, self.watch, self.late,
                                lambda: not_finite_reason(self.scaler))
         except BaseException:
@@ -150,10 +150,9 @@ class Trainer:
         self.report.info(f"training on {self.device} in {self.precision.describe(training=True)} (train.amp={t.amp})")
         train_lens = self.data.split_lengths("train")
         self.data.check_positions(cfg.model.max_positions)
-        self.multiple = t.length_multiple
         self.sampler = TokenBatchSampler(train_lens["src_len"], train_lens["tgt_len"], t.max_tokens, shuffle=True,
                                          seed=t.seed, num_replicas=self.dist.world, rank=self.dist.rank,
-                                         multiple=self.multiple)
+                                         multiple=t.length_multiple)
         self.sampler.set_epoch(1)
         self.sampler_state = self.sampler.state_dict()  # after the last batch trained on (the reader runs ahead)
         self.bleu_sources, self.bleu_references = bleu_sample(self.data, self.valid_data, t.valid_bleu_sentences)
