@@ -37,7 +37,9 @@ train_flops: 6 x params x tokens plus attention), MFU against the GPU's peak den
 matrix products run in (bf16/fp16, or TF32 for fp32: training switches it on; bench/gpu.py PEAKS;
 --peak-tflops for a GPU not listed) and the peak GPU memory of an update of ours. Every config's line gives the
 batch's padding efficiency (real tokens / padded slots, source and target). `--compile` runs ours through
-torch.compile (train.compile); `--own-settings` takes each config's train.max_tokens and train.compile:
+torch.compile (train.compile); `--own-settings` takes each config's train.max_tokens and train.compile;
+`--packed` adds "ours-packed": ours on the same sentences packed end to end in one row of max_tokens + 1
+(train.packed: no padding, varlen FlashAttention on a GPU; on a CPU a dense mask, slow by construction):
 
     python bench/train.py --device cuda --configs base,big --dtype bf16
     python bench/train.py --device cuda --configs base-gpu,big-gpu --dtype bf16 --own-settings
@@ -49,12 +51,14 @@ import argparse
 import sys
 from functools import partial
 
+import common
 import torch
 from common import BOS, PAD, OtherLoad, experiment, interleaved, marian, median, model_config, ours, random_batch, table
 from gpu import check_dtype, device_from, device_label, mfu, resolve_peak, synced, train_flops
 
 from nmt import kernels
 from nmt.data.batching import Batch
+from nmt.data.packing import collate_packed
 from nmt.loss import label_smoothed_loss, target_positions
 from nmt.precision import Precision, prepare
 from nmt.train.optim import adam
@@ -73,6 +77,17 @@ def make_batch(max_tokens: int, vocab: int, device: torch.device, seed: int = 0)
                   n_tgt_tokens=int(tgt.ne(PAD).sum()), index=torch.arange(rows),
                   tgt_positions=target_positions(tgt, PAD))
     return batch.to(device)
+
+
+def packed_batch(batch: Batch, device: torch.device) -> Batch:
+    """The same sentences as `batch` (on the host) packed as `nmt train` with train.packed packs them, in a row of
+    the padded batch's width."""
+    rows = lambda t: [r[r.ne(PAD)].tolist() for r in t]  # noqa: E731
+    src = [r[:-1] for r in rows(batch.src)]  # without EOS
+    tgt = [r[:-1] for r in rows(batch.tgt_out)]
+    max_tokens = max(batch.src.numel(), batch.tgt_out.numel())
+    return collate_packed(src, tgt, batch.index, pad=PAD, bos=BOS, eos=common.EOS,
+                          max_tokens=max_tokens).to(device)
 
 
 def padding_efficiency(batch: Batch) -> tuple[float, float]:
@@ -128,16 +143,20 @@ def contestants_of(cfg, args, device: torch.device, gpu: bool, batch: Batch, com
     fp32 = Precision("fp32")  # fp32 weights; bf16/fp16 are autocast, as nmt train
     ours_model = prepare(ours(cfg, args.vocab), device, fp32, training=True)
     ours_fn = ours_loss if not compiled else partial(ours_loss, forward=torch.compile(ours_model))
-    models = [("ours", ours_model, ours_fn)]
+    models = [("ours", ours_model, ours_fn, batch)]
+    if args.packed:
+        packed_model = prepare(ours(cfg, args.vocab), device, fp32, training=True)
+        packed_fn = ours_loss if not compiled else partial(ours_loss, forward=torch.compile(packed_model))
+        models.append(("ours-packed", packed_model, packed_fn, packed_batch(batch.to("cpu"), device)))
     if not gpu:  # torch's F.linear instead of our oneDNN kernels
-        models.append(("ours-mkl", kernels.swap_dropout(ours(cfg, args.vocab)), ours_loss))
-    models += [("ours-logits", prepare(ours(cfg, args.vocab), device, fp32, training=True), ours_logits_loss),
-               ("marian", marian(cfg, args.vocab, attn=args.marian_attn).to(device), marian_loss)]
+        models.append(("ours-mkl", kernels.swap_dropout(ours(cfg, args.vocab)), ours_loss, batch))
+    models += [("ours-logits", prepare(ours(cfg, args.vocab), device, fp32, training=True), ours_logits_loss, batch),
+               ("marian", marian(cfg, args.vocab, attn=args.marian_attn).to(device), marian_loss, batch)]
     contestants = {}
-    for label, model, loss_fn in models:
+    for label, model, loss_fn, its_batch in models:
         model.train()
         opt = adam(list(model.parameters()), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-        contestants[label] = update_fn(model, loss_fn, opt, batch, args.label_smoothing, device,
+        contestants[label] = update_fn(model, loss_fn, opt, its_batch, args.label_smoothing, device,
                                        Precision(args.dtype), args.clip_norm)
     return contestants
 
@@ -185,20 +204,24 @@ def bench(name: str, args, device: torch.device, gpu: bool, given_peak: float | 
                   "overflow (timed as they ran: a skipped update has no Adam step)", file=sys.stderr)
     tps = {k: batch.n_tgt_tokens / median(v) for k, v in times.items()}
 
-    def ratio(other: str) -> str:
-        paired = median([m / o for o, m in zip(times["ours"], times[other], strict=True)])
-        return f"{tps['ours'] / tps[other]:.2f} ({paired:.2f})"
+    def ratio(other: str, of: str = "ours") -> str:
+        paired = median([m / o for o, m in zip(times[of], times[other], strict=True)])
+        return f"{tps[of] / tps[other]:.2f} ({paired:.2f})"
 
+    packed = [f"{tps['ours-packed']:,.0f}", ratio("ours", of="ours-packed")] if args.packed else []
     if not gpu:
         return [name, f"{tps['ours']:,.0f}", f"{tps['ours-mkl']:,.0f}", f"{tps['ours-logits']:,.0f}",
-                f"{tps['marian']:,.0f}", ratio("ours-mkl"), ratio("ours-logits"), ratio("marian")], peak_note
+                f"{tps['marian']:,.0f}", ratio("ours-mkl"), ratio("ours-logits"), ratio("marian"), *packed], peak_note
     flops = train_flops(cfg, args.vocab, batch.src.ne(PAD).sum(1), batch.tgt_out.ne(PAD).sum(1))
     sec = {k: median(v) for k, v in times.items()}
     gib = peak_memory(contestants["ours"], device)
     return [name, f"{max_tokens:,}", f"{tps['ours']:,.0f}", f"{tps['ours-logits']:,.0f}", f"{tps['marian']:,.0f}",
             ratio("ours-logits"), ratio("marian"), f"{flops / 1e9:,.1f}", f"{flops / sec['ours'] / 1e12:,.2f}",
             mfu(flops, sec["ours"], peak), mfu(flops, sec["marian"], peak),
-            "n/a" if gib is None else f"{gib:.1f}"], peak_note
+            "n/a" if gib is None else f"{gib:.1f}", *packed], peak_note
+
+
+PACKED_COLUMNS = ["ours-packed tok/s", "packed/padded"]
 
 
 def main() -> None:
@@ -213,6 +236,7 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=4096, help="padded target tokens per batch (rows x 32)")
     p.add_argument("--compile", action="store_true", help="ours through torch.compile, as `nmt train` with "
                                                           "train.compile (the peers eager)")
+    p.add_argument("--packed", action="store_true", help="also ours on the same sentences packed (train.packed)")
     p.add_argument("--own-settings", action="store_true",
                    help="each config's own train.max_tokens and train.compile instead of --max-tokens/--compile")
     p.add_argument("--clip-norm", type=float, default=0.0, help="train.clip_norm of the updates (0: none, as "
@@ -243,14 +267,15 @@ def main() -> None:
               f"torch {torch.__version__}, other processes' CPU share during the run: {load}); "
               f"in brackets: median of per-round ratios")
         print(table(["config", "ours tok/s", "ours-mkl tok/s", "ours-logits tok/s", "marian tok/s", "ours/ours-mkl",
-                     "ours/ours-logits", "ours/marian"], rows))
+                     "ours/ours-logits", "ours/marian", *PACKED_COLUMNS[:2 * args.packed]], rows))
         return
     print(f"\ntraining update on {device_label(device)}, target tokens/s (median of {args.steps} after "
           f"{args.warmup} warm-up, {Precision(args.dtype).describe(training=True)}, torch {torch.__version__}); "
           f"in brackets: median of per-round ratios; MFU = model FLOPs (bench/gpu.py train_flops) / time / peak: "
           f"{notes[-1]}; peak GiB: torch.cuda.max_memory_allocated in an update of ours (all models resident)")
     print(table(["config", "max_tokens", "ours tok/s", "ours-logits tok/s", "marian tok/s", "ours/ours-logits",
-                 "ours/marian", "GFLOP/update", "ours TFLOP/s", "ours MFU", "marian MFU", "peak GiB"], rows))
+                 "ours/marian", "GFLOP/update", "ours TFLOP/s", "ours MFU", "marian MFU", "peak GiB",
+                 *PACKED_COLUMNS[:2 * args.packed]], rows))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from nmt import kernels
 from nmt.cache import DecoderCache, LayerCache
+from nmt.packed import AttentionMask, Packed, PackedMask
 
 
 # ---- §3.1 Encoder and decoder stacks -------------------------------------------------------------
@@ -34,8 +35,7 @@ class ResidualNorm(nn.LayerNorm):
     sub-layer's output (§5.4):
         post-norm (the paper):  x -> LayerNorm(x + Dropout(Sublayer(x)))
         pre-norm:               x -> x + Dropout(Sublayer(LayerNorm(x)))   (stabler for deep stacks)
-    A layer feeds its sub-layer `norm.input(x)` and continues with `norm(x, sublayer_output)`. It is the
-    sub-layer's LayerNorm (its parameters are the norm's)."""
+    A layer feeds its sub-layer `norm.input(x)` and continues with `norm(x, sublayer_output)`."""
 
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__(d_model)
@@ -83,14 +83,15 @@ class DecoderLayer(nn.Module):
         self.norm2 = ResidualNorm(d_model, dropout, pre_norm)
         self.norm3 = ResidualNorm(d_model, dropout, pre_norm)
 
-    def forward(self, x: Tensor, memory: Tensor | None, memory_mask: Tensor, cache: LayerCache | None = None,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Teacher forcing: x [B, T, D] over memory [B, S, D]; the causal mask hides the future.
-        A decoding step (`cache` given, memory None): one new position for each row, x [G, group, D] for G
-        groups of rows that share a source (a sentence's beams), which attend to their own history
+    def forward(self, x: Tensor, memory: Tensor | None, memory_mask: AttentionMask, cache: LayerCache | None = None,
+                need_weights: bool = False, self_mask: PackedMask | None = None) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: x [B, T, D] over memory [B, S, D]; the causal mask (a packed batch's: `self_mask`) hides
+        the future. A decoding step (`cache` given, memory None): one new position for each row, x [G, group, D]
+        for G groups of rows that share a source (a sentence's beams), which attend to their own history
         (`cache.self_mask`) and to the cached source. Returns x and, if asked, the cross-attention weights."""
-        self_mask = cache.self_mask if cache is not None else None
-        h, _ = self.self_attn(self.norm1.input(x), mask=self_mask, cache=cache, causal=cache is None)
+        causal = cache is None and self_mask is None
+        self_mask = cache.self_mask if cache is not None else self_mask
+        h, _ = self.self_attn(self.norm1.input(x), mask=self_mask, cache=cache, causal=causal)
         x = self.norm1(x, h)
         h, weights = self.cross_attn(self.norm2.input(x), memory, memory_mask, cache=cache, need_weights=need_weights)
         x = self.norm2(x, h)
@@ -146,13 +147,13 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model)
         xavier_(self.out_proj)
 
-    def forward(self, query: Tensor, key_value: Tensor | None = None, mask: Tensor | None = None, *,
+    def forward(self, query: Tensor, key_value: Tensor | None = None, mask: AttentionMask | None = None, *,
                 cache: LayerCache | None = None, causal: bool = False,
                 need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """query [B, T, D] attends to key_value [B, S, D] (cross-attention) or to itself (self-attention,
-        key_value None); mask broadcasts to [B, H, T, S]; `causal` hides later positions. With a decoding
-        `cache`, self-attention adds this step's keys and values to it and attends to all of them, and
-        cross-attention reads the source's from it. Returns [B, T, D] and, if asked, the weights
+        key_value None); mask broadcasts to [B, H, T, S] (or is a packed batch's); `causal` hides later positions.
+        With a decoding `cache`, self-attention adds this step's keys and values to it and attends to all of
+        them, cross-attention reads the source's from it. Returns [B, T, D] and, if asked, the weights
         float32 [B, H, T, S]."""
         if self.cross:
             q = self._heads(self.q_proj(query), 1)[0]  # [B, H, T, Dh]
@@ -162,7 +163,9 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 k, v = cache.append(k, v)  # [B, H, S, Dh]: every position so far
         dropout_p = self.attention_dropout if self.training else 0.0
-        if need_weights or kernels.written_out_pays(q, k, decoding_step=cache is not None):
+        if isinstance(mask, PackedMask):  # a packed batch [1, total]: attention inside each sentence
+            out, weights = mask.attend(q, k, v, dropout_p), None
+        elif need_weights or kernels.written_out_pays(q, k, decoding_step=cache is not None):
             out, weights = scaled_dot_product_attention(q, k, v, mask, causal, dropout_p)  # [B, H, T, Dh]
         else:  # equation 1 fused by PyTorch: the same output, no weights
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
@@ -177,8 +180,8 @@ class MultiHeadAttention(nn.Module):
         return k, v
 
     def _heads(self, x: Tensor, n: int) -> tuple[Tensor, ...]:
-        """[B, T, n*D] -> n tensors [B, H, T, Dh]. Unbinding the n axis in place (not moved to the front)
-        lets backward stack the n gradients straight into the [B, T, n*D] layout: one copy, not two."""
+        """[B, T, n*D] -> n tensors [B, H, T, Dh]. Unbinding the n axis in place (not moved to the front) lets
+        backward stack the n gradients straight into the [B, T, n*D] layout: one copy, not two."""
         B, T, _ = x.shape
         return tuple(part.transpose(1, 2) for part in x.view(B, T, n, self.n_heads, self.d_head).unbind(2))
 
@@ -247,12 +250,11 @@ def xavier_(linear: nn.Linear, blocks: int = 1) -> None:
 class Transformer(nn.Module):
     """Encoder-decoder Transformer. Keyword names equal the fields of `nmt.config.experiment.ModelConfig`.
 
-    Embeddings: the decoder input embedding and the output projection are always the same matrix;
-    with `share_all_embeddings` the encoder embedding is that matrix too, but only when the data says
-    source and target are one vocabulary (`joint_vocab`): two vocabularies of equal size are still two.
-    `activation`, `position_layout`, `scale_embedding` and `output_bias` default to the paper's model;
-    other values describe published models that differ (Marian: swish, halves, a fixed logits bias).
-    """
+    Embeddings: the decoder input embedding and the output projection are always the same matrix; with
+    `share_all_embeddings` the encoder embedding is that matrix too, but only when the data says source and target
+    are one vocabulary (`joint_vocab`): two vocabularies of equal size are still two. `activation`,
+    `position_layout`, `scale_embedding` and `output_bias` default to the paper's model; other values describe
+    published models that differ (Marian: swish, halves, a fixed logits bias)."""
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_heads: int = 8,
                  d_ff: int = 2048, encoder_layers: int = 6, decoder_layers: int = 6, dropout: float = 0.1,
@@ -282,9 +284,8 @@ class Transformer(nn.Module):
     @classmethod
     def from_config(cls, cfg: Any, src_vocab_size: int, tgt_vocab_size: int, *, pad_id: int,
                     joint_vocab: bool) -> Transformer:
-        """The one place a model is built: from a `ModelConfig` (any dataclass with this class's keyword
-        names), the vocabulary sizes of the data, the tokenizer's padding id and whether the tokenizer is
-        one vocabulary for both sides."""
+        """The one place a model is built: from a `ModelConfig` (a dataclass of this class's keyword names), the
+        data's vocabulary sizes, the tokenizer's padding id and whether it is one vocabulary for both sides."""
         return cls(src_vocab_size, tgt_vocab_size, pad_id=pad_id, joint_vocab=joint_vocab, **dataclasses.asdict(cfg))
 
     def _embedding(self, vocab_size: int) -> nn.Embedding:
@@ -295,12 +296,13 @@ class Transformer(nn.Module):
             embed.weight[self.pad_id].zero_()
         return embed
 
-    def _embed(self, embedding: nn.Embedding, tokens: Tensor, offset: int = 0) -> Tensor:
-        """tokens [B, T] at positions offset.. -> Dropout(E x sqrt(D) + PE) [B, T, D]."""
+    def _embed(self, embedding: nn.Embedding, tokens: Tensor, offset: int = 0, at: Tensor | None = None) -> Tensor:
+        """tokens [B, T] at positions offset.. (or at the positions `at` [B, T]) -> Dropout(E x sqrt(D) + PE)."""
         end = offset + tokens.size(1)
-        if end > self.max_positions:
+        if at is None and end > self.max_positions:
             raise ValueError(f"sequence needs {end} positions, model has max_positions={self.max_positions}")
-        return self.dropout(embedding(tokens) * self.embed_scale + self.positions[offset:end])
+        positions = self.positions[offset:end] if at is None else self.positions[at]
+        return self.dropout(embedding(tokens) * self.embed_scale + positions)
 
     @property
     def output_weight(self) -> Tensor:
@@ -316,13 +318,13 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src [B, S] -> memory [B, S, D] and src_pad_mask [B, S] (True = padding)."""
-        memory, src_pad_mask, _ = self._encode(src, need_weights=False)
-        return memory, src_pad_mask
+        return self._encode(src, need_weights=False)[:2]
 
-    def _encode(self, src: Tensor, need_weights: bool) -> tuple[Tensor, Tensor, list[Tensor | None]]:
+    def _encode(self, src: Tensor, need_weights: bool,
+                packed: Packed | None = None) -> tuple[Tensor, Tensor, list[Tensor | None]]:
         src_pad_mask = src.eq(self.pad_id)
-        mask = _attend_mask(src_pad_mask)
-        x = self._embed(self.src_embed, src)
+        mask = _attend_mask(src_pad_mask) if packed is None else packed.encoder
+        x = self._embed(self.src_embed, src, at=None if packed is None else packed.src.positions)
         weights = []
         for layer in self.encoder_layers:
             x, w = layer(x, mask, need_weights)
@@ -332,32 +334,32 @@ class Transformer(nn.Module):
     # ---- decoder: teacher forcing ----------------------------------------------------------------
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor) -> Tensor:
-        """tgt_in [B, T] (BOS + target, right-padded) -> logits [B, T, V]. Padding sits at the end,
-        so the causal mask alone keeps it out of every real position."""
+        """tgt_in [B, T] (BOS + target, right-padded: the causal mask keeps padding out) -> logits [B, T, V]."""
         return self._decode(tgt_in, memory, src_pad_mask, need_weights=False)[0]
 
     def _decode(self, tgt_in: Tensor, memory: Tensor, src_pad_mask: Tensor, need_weights: bool,
-                project: bool = True) -> tuple[Tensor, list[Tensor | None]]:
-        mask = _attend_mask(src_pad_mask)
-        x = self._embed(self.tgt_embed, tgt_in)
+                project: bool = True, packed: Packed | None = None) -> tuple[Tensor, list[Tensor | None]]:
+        mask, self_mask = (_attend_mask(src_pad_mask), None) if packed is None else (packed.cross, packed.decoder)
+        x = self._embed(self.tgt_embed, tgt_in, at=None if packed is None else packed.tgt.positions)
         weights = []
         for layer in self.decoder_layers:
-            x, w = layer(x, memory, mask, need_weights=need_weights)
+            x, w = layer(x, memory, mask, need_weights=need_weights, self_mask=self_mask)
             weights.append(w)
         x = self.decoder_norm(x)
         return (self.output(x) if project else x), weights
 
-    def forward(self, src: Tensor, tgt_in: Tensor, project: bool = True) -> Tensor:
+    def forward(self, src: Tensor, tgt_in: Tensor, project: bool = True, packed: Packed | None = None) -> Tensor:
         """src [B, S], tgt_in [B, T] -> logits [B, T, V]; with project=False the decoder's last states
-        [B, T, D], for a loss that applies `output_weight` itself (nmt.loss.projected_label_smoothed_loss)."""
-        memory, src_pad_mask = self.encode(src)
-        return self._decode(tgt_in, memory, src_pad_mask, need_weights=False, project=project)[0]
+        [B, T, D], for a loss that applies `output_weight` itself (nmt.loss.projected_label_smoothed_loss).
+        A packed batch (nmt.packed): src [1, S], tgt_in [1, T], the sentences' segments in `packed`."""
+        memory, src_pad_mask, _ = self._encode(src, need_weights=False, packed=packed)
+        return self._decode(tgt_in, memory, src_pad_mask, need_weights=False, project=project, packed=packed)[0]
 
     # ---- decoder: one position at a time (search) ------------------------------------------------
 
     def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int) -> DecoderCache:
-        """Decoding state for the rows of `memory` [B, S, D]; max_len is the expected number of steps. The
-        source's keys and values of every decoder layer's cross-attention are computed here, once."""
+        """Decoding state for the rows of `memory` [B, S, D] for about max_len steps; every decoder layer's
+        cross-attention keys and values of the source are computed here, once."""
         cross_kv = torch.stack([torch.stack(layer.cross_attn.memory_kv(memory)) for layer in self.decoder_layers])
         return DecoderCache.start(cross_kv, _attend_mask(src_pad_mask), max_len)  # cross_kv [L, 2, B, H, S, Dh]
 
@@ -365,12 +367,11 @@ class Transformer(nn.Module):
                     need_attention: bool = False) -> tuple[Tensor, Tensor | None]:
         """Feed tokens [N] at position `cache.step`; return (logits [N, V], attention).
 
-        Appends this position's self-attention K/V to the cache and advances `cache.step`. The N rows
-        are G groups of `cache.group` rows that share a source (a sentence's beams): each group is one
-        sequence of `group` query positions for the layers. attention is None unless `need_attention`:
-        then the cross-attention weights of every decoder layer and head, float32 [L, N, H, S].
-        Inference only (writes into the cache in place): call under torch.no_grad().
-        """
+        Appends this position's self-attention K/V to the cache and advances `cache.step`. The N rows are G
+        groups of `cache.group` rows that share a source (a sentence's beams): each group is one sequence of
+        `group` query positions for the layers. attention is None unless `need_attention`: then the
+        cross-attention weights of every decoder layer and head, float32 [L, N, H, S]. Inference only (writes
+        into the cache in place): call under torch.no_grad()."""
         x = self._embed(self.tgt_embed, tokens[:, None], offset=cache.step)  # [N, 1, D]
         cache.begin_step(x.dtype)
         x = cache.as_groups(x)  # [G, group, D]
@@ -395,6 +396,5 @@ class Transformer(nn.Module):
 
 
 def _attend_mask(pad_mask: Tensor) -> Tensor:
-    """Padding mask [B, S] (True = pad) -> key mask [B, 1, 1, S] (True = attend), broadcast
-    over heads and queries instead of materialising [B, H, T, S]."""
+    """Padding mask [B, S] (True = pad) -> key mask [B, 1, 1, S] (True = attend), broadcast over heads, queries."""
     return ~pad_mask[:, None, None, :]

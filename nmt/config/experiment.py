@@ -98,6 +98,10 @@ class TrainConfig:
     # tensor cores and torch.compile fewer, rounder shapes, at a cost in padding (docs/gpu.md: Multi30k's target
     # slots 99.5% real at 1, 81% at 8)
     length_multiple: int = 1
+    # each batch's sentences end to end in one row of max_tokens + 1 (to a multiple of length_multiple), budgeted
+    # by their summed lengths: no padding, one shape every update, varlen FlashAttention on a GPU (docs/gpu.md);
+    # on a CPU correct but slow (a dense [tokens x tokens] mask); needs model.attention_dropout 0
+    packed: bool = False
     max_updates: int = 100_000
     max_epochs: int = 0  # 0 = unlimited
     max_minutes: float = 0.0  # training time budget (0 = unlimited); averaging happens inside it
@@ -280,6 +284,8 @@ def check_config(cfg: Config) -> None:
                            (check_decode, cfg.decode), (check_serve, cfg.serve),
                            (check_distill, cfg.distill)):
         check(section)
+    _check([(not (cfg.train.packed and cfg.model.attention_dropout > 0),
+             "train.packed needs model.attention_dropout 0 (the varlen attention kernel has no dropout)")])
 
 
 def _check(checks: list[tuple[bool, str]]) -> None:

@@ -18,6 +18,7 @@ import torch
 
 from nmt.errors import NmtError
 from nmt.loss import target_positions
+from nmt.packed import Packed
 
 # Below this many examples per batch (budget / median size) the per-batch numpy overhead exceeds a plain loop.
 _SMALL_BATCH = 24
@@ -84,6 +85,18 @@ def cut_batches(sizes: np.ndarray, max_tokens: int) -> np.ndarray:
     return cut_windows(sizes, max_tokens)
 
 
+def cut_packed(src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: int) -> np.ndarray:
+    """Greedy cut of examples (in sorted order) into batches whose source and target lengths each SUM to
+    <= max_tokens (an example larger than that alone is a batch of one): boundaries [0, ..., n]."""
+    ends = [np.cumsum(sizes) for sizes in (src_sizes, tgt_sizes)]
+    bounds, start = [0], 0
+    while start < len(src_sizes):
+        fits = [int(np.searchsorted(e, (e[start - 1] if start else 0) + max_tokens, side="right")) for e in ends]
+        start = max(min(fits), start + 1)
+        bounds.append(start)
+    return np.asarray(bounds, dtype=np.int64)
+
+
 def _rng(seed: int, epoch: int) -> np.random.Generator:
     # A (seed, epoch) pair, not seed + epoch, so (1, 2) and (2, 1) give different streams.
     return np.random.default_rng([int(seed) % 2**64, int(epoch) % 2**64])
@@ -112,7 +125,7 @@ class TokenBatchSampler:
     again gives a fresh epoch. ``set_epoch(e)`` jumps to the start of epoch ``e`` unless ``e`` is already
     the current epoch (so a restored sampler can be set to its own epoch without losing its place).
     Use one iterator at a time. With a multi-worker DataLoader the sampler runs ahead of training by the
-    prefetch depth; ``batches_from_dataset`` fetches synchronously and keeps ``position`` exact.
+    prefetch depth; ``nmt.data.batches.batches_from_dataset`` fetches synchronously and keeps ``position`` exact.
     """
 
     def __init__(
@@ -127,6 +140,7 @@ class TokenBatchSampler:
         rank: int = 0,
         extra_tokens: int = 1,
         multiple: int = 1,
+        packed: bool = False,
     ) -> None:
         src = _as_lengths(src_lens, "src_lens")
         tgt = _as_lengths(tgt_lens, "tgt_lens")
@@ -147,15 +161,19 @@ class TokenBatchSampler:
         self.rank = int(rank)
         self.extra_tokens = int(extra_tokens)
         self.multiple = int(multiple)
+        self.packed = bool(packed)
         self.epoch = 1
         self._position = 0
         self._src = src + self.extra_tokens
         self._tgt = tgt + self.extra_tokens
         # Sort key (tgt, src) as one integer; the sorted size sequence is the same whatever the tie-break.
         self._key = self._tgt * (int(self._src.max(initial=0)) + 1) + self._src
-        sorted_sizes = np.maximum(self._src, self._tgt)[np.argsort(self._key, kind="stable")]
-        sorted_sizes = round_up(sorted_sizes, self.multiple)  # as collate pads
-        self._bounds = cut_batches(sorted_sizes, self.max_tokens)
+        order = np.argsort(self._key, kind="stable")
+        if self.packed:  # the budget is each side's sum of lengths (nmt.data.packing lays them out)
+            self._bounds = cut_packed(self._src[order], self._tgt[order], self.max_tokens)
+        else:
+            sorted_sizes = round_up(np.maximum(self._src, self._tgt)[order], self.multiple)  # as collate pads
+            self._bounds = cut_batches(sorted_sizes, self.max_tokens)
         n_global = len(self._bounds) - 1
         self._n_padded = -(-n_global // self.num_replicas) * self.num_replicas
         self._cache: tuple[int, np.ndarray, np.ndarray] | None = None
@@ -225,22 +243,23 @@ class TokenBatchSampler:
             "max_tokens": self.max_tokens,
             "num_replicas": self.num_replicas,
             "multiple": self.multiple,
+            "packed": int(self.packed),
         }
 
     def load_state_dict(self, state: dict[str, int], *, strict: bool = True) -> None:
         """Continue exactly where ``state`` was taken.
 
-        A different seed, max_tokens or multiple changes the batches, so exact resume is impossible: with
+        A different seed, max_tokens, multiple or packing changes the batches, so exact resume is impossible: with
         ``strict`` that is an NmtError; otherwise a started epoch is abandoned for the start of the next.
         A different num_replicas keeps the global progress (to within num_replicas batches)."""
         epoch, position = int(state["epoch"]), int(state["position"])
         old_w = int(state.get("num_replicas", self.num_replicas))
-        before = {"multiple": 1, **state}  # a state from before lengths were rounded was taken at 1
-        changed = [k for k in ("seed", "max_tokens", "multiple")
+        before = {"multiple": 1, "packed": 0, **state}  # states from before rounding and packing: 1, unpacked
+        changed = [k for k in ("seed", "max_tokens", "multiple", "packed")
                    if int(before.get(k, getattr(self, k))) != getattr(self, k)]
         if changed:
             if strict:
-                diffs = ", ".join(f"{k} {before[k]} -> {getattr(self, k)}" for k in changed)
+                diffs = ", ".join(f"{k} {before[k]} -> {int(getattr(self, k))}" for k in changed)
                 raise NmtError(f"cannot resume the batch order exactly: {diffs} changed since the checkpoint")
             # Other batches now: replaying part of an epoch would overweight it, so start the next one.
             self.epoch, self._position = (epoch + 1, 0) if position > 0 else (epoch, 0)
@@ -259,7 +278,8 @@ def _column(dataset: Any, name: str) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------
 @dataclass
 class Batch:
-    """A padded batch. ``src`` = ids + EOS; ``tgt_in`` = BOS + ids; ``tgt_out`` = ids + EOS; right-padded."""
+    """A padded batch. ``src`` = ids + EOS; ``tgt_in`` = BOS + ids; ``tgt_out`` = ids + EOS; right-padded. Or a
+    packed one (nmt.data.packing): one row [1, width] per side, the sentences' segments in ``packed``."""
 
     src: torch.Tensor  # [B, S] long
     tgt_in: torch.Tensor  # [B, T] long
@@ -268,13 +288,16 @@ class Batch:
     n_tgt_tokens: int  # non-pad tokens in tgt_out (EOS included)
     index: torch.Tensor  # [B] long, dataset indices
     tgt_positions: torch.Tensor | None = None  # [n_tgt_tokens] long, flat positions of tgt_out's non-pad tokens
+    packed: Packed | None = None
 
     def __len__(self) -> int:
-        return self.src.shape[0]
+        """Sentences."""
+        return self.index.shape[0]
 
     def _map(self, fn: Any) -> Batch:
-        return Batch(**{f.name: fn(v) if isinstance(v := getattr(self, f.name), torch.Tensor) else v
-                        for f in fields(self)})
+        def one(v: Any) -> Any:
+            return fn(v) if isinstance(v, torch.Tensor) else v.map(fn) if isinstance(v, Packed) else v
+        return Batch(**{f.name: one(getattr(self, f.name)) for f in fields(self)})
 
     def to(self, device: torch.device | str) -> Batch:
         """A copy on ``device``; from pinned memory (`pin_memory`) the copy to a GPU overlaps its compute."""
@@ -286,7 +309,7 @@ class Batch:
 
 
 def split_batch(batch: Batch, pad: int, multiple: int = 1) -> list[Batch]:
-    """The two halves (by sentences) of a batch of >= 2 sentences, each trimmed to its own padding (its lengths
+    """The two halves (by sentences) of a padded batch of >= 2 sentences, each trimmed to its own padding (its lengths
     rounded up to `multiple`, as the batch's were)."""
     half = len(batch) // 2
     pieces = []
@@ -351,16 +374,6 @@ def collate(
         index=index,
         tgt_positions=target_positions(target, pad),
     )
-
-
-def batches_from_dataset(dataset: Any, sampler: Any, special: Any) -> Iterator[Batch]:
-    """Fetch each batch of ``sampler`` from ``dataset`` (``dataset[list] -> {column: [rows]}``) and collate
-    with the ``special`` ids (``.pad/.bos/.eos``, the tokenizer's), to the sampler's length multiple. Training
-    reads it ahead on a thread (nmt.data.prefetch), which records the sampler's position with each batch."""
-    for idx in sampler:
-        cols = dataset[idx]
-        yield collate(cols["src_ids"], cols["tgt_ids"], idx, pad=special.pad, bos=special.bos, eos=special.eos,
-                      multiple=getattr(sampler, "multiple", 1))
 
 
 def source_batches(sources: Sequence[Sequence[int]], max_tokens: int,

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from nmt.data.batching import Batch, batches_from_dataset
+from nmt.data.batches import batches_from_dataset
+from nmt.data.batching import Batch
 
 
 @dataclass

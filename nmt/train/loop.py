@@ -152,7 +152,7 @@ class Trainer:
         self.data.check_positions(cfg.model.max_positions)
         self.sampler = TokenBatchSampler(train_lens["src_len"], train_lens["tgt_len"], t.max_tokens, shuffle=True,
                                          seed=t.seed, num_replicas=self.dist.world, rank=self.dist.rank,
-                                         multiple=t.length_multiple)
+                                         multiple=t.length_multiple, packed=t.packed)
         self.sampler.set_epoch(1)
         self.sampler_state = self.sampler.state_dict()  # after the last batch trained on (the reader runs ahead)
         self.bleu_sources, self.bleu_references = bleu_sample(self.data, self.valid_data, t.valid_bleu_sentences)

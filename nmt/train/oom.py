@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 import torch
 
-from nmt.data.batching import Batch, split_batch
+from nmt.data.batches import split
+from nmt.data.batching import Batch
 from nmt.errors import NmtError
 from nmt.train.state import Counters, SkippedUpdate
 
@@ -71,7 +72,7 @@ class SplitOnOOM:
         if len(batch) > 1:
             self.counters.oom_splits += 1
             self.warn(f"out of memory at update {step} on a batch of {len(batch)} sentences: split in two and retried")
-            return pieces[:i] + split_batch(batch, self.pad, self.multiple) + pieces[i + 1:]
+            return pieces[:i] + split(batch, self.pad, self.multiple) + pieces[i + 1:]
         self.counters.oom_skipped += 1
         self.warn(f"out of memory at update {step} on one sentence (train example {int(batch.index[0])}, "
                   f"{batch.n_src_tokens}+{batch.n_tgt_tokens} tokens): skipped")

@@ -10,7 +10,8 @@ from typing import Any
 import torch
 
 from nmt.config.experiment import TrainConfig
-from nmt.data.batching import TokenBatchSampler, batches_from_dataset, source_batches
+from nmt.data.batches import batches_from_dataset
+from nmt.data.batching import TokenBatchSampler, source_batches
 from nmt.data.datadir import DataDir, lengths
 from nmt.loss import label_smoothed_loss
 from nmt.model import Transformer

@@ -10,10 +10,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nmt.data.batches import batches_from_dataset
 from nmt.data.batching import (
     Batch,
     TokenBatchSampler,
-    batches_from_dataset,
     collate,
     cut_loop,
     cut_windows,
@@ -160,7 +160,7 @@ def test_exact_resume_mid_epoch(world, rank):
     head = [next(it) for _ in range(7)]
     state = first.state_dict()
     assert state == {"epoch": 3, "position": 7, "seed": 5, "max_tokens": 300, "num_replicas": world,
-                     "multiple": 1}
+                     "multiple": 1, "packed": 0}
 
     resumed = TokenBatchSampler(src, tgt, **kw)
     resumed.load_state_dict(state)

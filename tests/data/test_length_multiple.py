@@ -8,31 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from nmt.data.batching import TokenBatchSampler, batches_from_dataset, collate, round_up, split_batch
+from nmt.data.batches import batches_from_dataset
+from nmt.data.batching import TokenBatchSampler, collate, round_up, split_batch
 from nmt.data.datadir import DataDir
 from nmt.errors import NmtError
 from nmt.train.update import piece_loss
+from tests.helpers.batches import IDS, Columns, corpus
 from tests.helpers.bench import bench_module
-from tests.helpers.modeling import BOS, EOS, PAD, make_model
-
-IDS = dict(pad=PAD, bos=BOS, eos=EOS)
-
-
-class Columns:
-    """A dataset as batches_from_dataset reads one: a list of indices -> {column: [rows]}."""
-
-    def __init__(self, src, tgt):
-        self.cols = {"src_ids": src, "tgt_ids": tgt}
-
-    def __getitem__(self, idx):
-        return {k: [v[i] for i in idx] for k, v in self.cols.items()}
-
-
-def corpus(n: int = 300, seed: int = 0) -> tuple[list[list[int]], list[list[int]]]:
-    rng = np.random.default_rng(seed)
-    src = [rng.integers(4, 23, rng.integers(1, 30)).tolist() for _ in range(n)]
-    tgt = [rng.integers(4, 23, rng.integers(1, 30)).tolist() for _ in range(n)]
-    return src, tgt
+from tests.helpers.modeling import PAD, make_model
 
 
 def test_round_up():

@@ -38,7 +38,7 @@ def test_fp32_mfu_is_against_the_tf32_peak_once_tf32_is_on(tf32_restored):
 
 def bench_args(**kw) -> argparse.Namespace:
     base = dict(max_tokens=64, vocab=50, label_smoothing=0.1, dtype="fp32", marian_attn="sdpa", clip_norm=0.0,
-                compile=False, own_settings=False, steps=1, warmup=0, clock="wall")
+                compile=False, own_settings=False, steps=1, warmup=0, clock="wall", packed=False)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -56,6 +56,20 @@ def test_the_peak_is_looked_up_after_training_has_switched_tf32_on(tmp_path, mon
     row, _ = bench_train.bench(tiny_bench_config(tmp_path / "t.yaml"), bench_args(), torch.device("cpu"), True, 1.0)
     assert seen == [True]
     assert row[1] == "64" and row[-3].endswith("%") and row[-1] == "n/a"  # max_tokens, MFU; no CUDA memory on CPU
+
+
+def test_packed_the_bench_times_the_same_sentences_packed(tmp_path):
+    """--packed: ours-packed's batch holds the padded batch's sentences end to end, and its row has two more columns."""
+    batch = bench_train.make_batch(256, 50, torch.device("cpu"))
+    packed = bench_train.packed_batch(batch, torch.device("cpu"))
+    assert packed.src.shape == (1, 257) and len(packed) == len(batch)
+    assert (packed.n_src_tokens, packed.n_tgt_tokens) == (batch.n_src_tokens, batch.n_tgt_tokens)
+    real = packed.tgt_out[0, : batch.n_tgt_tokens]
+    assert torch.equal(real, batch.tgt_out[batch.tgt_out.ne(bench_train.PAD)])  # row-major = end to end
+    config = tiny_bench_config(tmp_path / "t.yaml")
+    plain, _ = bench_train.bench(config, bench_args(), torch.device("cpu"), True, 1.0)
+    row, _ = bench_train.bench(config, bench_args(packed=True), torch.device("cpu"), True, 1.0)
+    assert len(row) == len(plain) + 2 and float(row[-2].replace(",", "")) > 0 and "(" in row[-1]
 
 
 def test_the_bench_batch_carries_its_target_positions_and_its_padding_efficiency():
