@@ -41,13 +41,13 @@ def chunk_step(h: Tensor, weight: Tensor, label: Tensor, valid: Tensor, bias: Te
     e = (z32 - m).exp()
     s = e.sum(dim=1, keepdim=True)
     lse = (m + s.log()).squeeze(1)
-    nll = (lse - z32.gather(1, label[:, None]).squeeze(1)) * valid
+    nll = (lse - z32.gather(1, label.unsqueeze(1)).squeeze(1)) * valid
     smooth = (lse - h.float() @ mean_row - mean_bias) * valid
     sums += torch.stack([keep * nll.sum() + spread * smooth.sum(), nll.sum()])
     # d loss / d z, folded in fp32 before the one rounding to z's dtype: p - keep at the label is rounded
     # relative to itself, not to p (the eager path rounds p, then subtracts keep W[label] in fp32). A padding
     # row's is not masked: its h is zero, so is its g^T h, and its d h is dropped by the caller.
-    onehot = torch.arange(z.size(1), device=z.device)[None, :] == label[:, None]
+    onehot = torch.arange(z.size(1), device=z.device).unsqueeze(0) == label.unsqueeze(1)
     g = (e / s - keep * onehot.float() - spread / z.size(1)).to(h.dtype)
     grad_weight += _mm32(g.t(), h)
     return _mm32(g, weight)

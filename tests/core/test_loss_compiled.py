@@ -6,9 +6,14 @@ a bias, at a chunk of 16 rows (several chunks, the last one ragged), and one mor
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch._dynamo.utils import counters
+from torch._inductor.utils import run_and_get_code
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from nmt import loss as loss_mod
 from nmt import loss_compiled
@@ -159,3 +164,33 @@ def test_eager_stays_the_default(monkeypatch):
     projected_label_smoothed_loss(h, weight, target, 0.1, pad=0)[0].backward()
     with torch.no_grad():  # no gradient to form: the eager chunks even when compiled is asked
         projected_label_smoothed_loss(hidden, weight, target, 0.1, pad=0, compiled=True)
+
+
+def chunk_args(dtype: torch.dtype, device: str = "cpu") -> tuple:
+    h, weight = torch.zeros(CHUNK, D, dtype=dtype, device=device), torch.zeros(V, D, dtype=dtype, device=device)
+    label, valid = torch.zeros(CHUNK, dtype=torch.long, device=device), torch.ones(CHUNK, device=device)
+    return (h, weight, label, valid, None, torch.zeros(D, device=device), torch.zeros((), device=device), 0.9, 0.1,
+            torch.zeros(V, D, device=device), torch.zeros(2, device=device))
+
+
+def test_on_a_cpu_a_bf16_chunk_is_three_gemms_and_two_fused_kernels_over_bf16_logits():
+    """What Inductor makes of the chunk (its C++ on a CPU, the same graph a GPU gets as Triton): the logits' GEMM,
+    one kernel for every pass over them (max, sum-exp, label, sums, d loss / d z), the two gradient GEMMs, one
+    kernel adding d W and the sums; the only [C, V] buffers are bf16 (the logits and d loss / d z)."""
+    torch._dynamo.reset()  # compiled anew (from Inductor's cache), so that its code is seen
+    _, code = run_and_get_code(loss_compiled.compiled_step(), *chunk_args(torch.bfloat16))
+    call = code[0][code[0].index("def call("):]
+    assert call.count("extern_kernels.mm(") == 3
+    assert len(re.findall(r"\bcpp_fused_\w+\(", call)) == 2
+    assert re.findall(rf"empty_strided_cpu\(\({CHUNK}, {V}\)[^)]*\), (torch\.\w+)", call) == ["torch.bfloat16"] * 2
+
+
+def test_on_cuda_the_gradient_gemms_write_fp32_and_nothing_scatters():
+    """The graph a GPU gets, traced on fake CUDA tensors (no GPU needed): the logits' GEMM in bf16, both gradient
+    GEMMs mm(out_dtype=float32) (d W accumulated from fp32 products), no index_add_ nor any scatter."""
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        args = chunk_args(torch.bfloat16, "cuda")
+        graph = make_fx(lambda *tensors: loss_compiled.chunk_step(*tensors, *args[7:]))(*args[:4], None, *args[5:7])
+    targets = [str(node.target) for node in graph.graph.nodes if node.op == "call_function"]
+    assert targets.count("aten.mm.default") == 1 and targets.count("aten.mm.dtype") == 2
+    assert not [t for t in targets if "index" in t or "scatter" in t]
