@@ -9,7 +9,8 @@ Two ways to the same numbers:
   rows at a time, and the gradient with respect to each chunk is formed in the same pass (the loss is a
   scalar, so backward only scales what forward already computed): three GEMMs per chunk and no full-size
   tensor. Padding rows are never projected. The chunk is sized per device: on a CPU to stay in cache, on
-  a GPU large enough that a batch is a few chunks (each chunk is ~40 kernel launches).
+  a GPU large enough that a batch is a few chunks (each chunk is ~40 kernel launches). `compiled=True`: each chunk
+  one torch.compile'd function of one fixed shape, its passes over the logits fused (nmt.loss_compiled).
 """
 
 from __future__ import annotations

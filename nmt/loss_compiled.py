@@ -2,11 +2,12 @@
 C++ on a CPU, from the same Python below. Imports nothing from nmt.
 
 Eager, a chunk is ~40 kernel launches and several full passes over its [n, V] logits, in fp32 copies. Here the
-only [n, V] tensor is the GEMM's output z in the compute dtype (bf16 under autocast); Inductor fuses what reads it
-into a reduction (max, sum-exp: its online softmax, one read) and a pointwise pass that writes the gradient
-d loss / d z = p - (1 - eps) onehot - eps / V back in z's dtype (in z's buffer where its memory planning reuses
-it). That gradient is all the two other GEMMs need: d rows = g W and d W += g^T h, no gather of W[label], no
-index_add_ (atomics on a GPU).
+[n, V] tensors are the GEMM's output z and the gradient d loss / d z = p - (1 - eps) onehot - eps / V, both in the
+compute dtype (bf16 under autocast: together the bytes of one fp32 chunk). Inductor fuses everything that reads z
+(max and sum-exp, its online softmax; the label's logit; the sums; writing the gradient) into one kernel on a CPU
+(tests/core/test_loss_compiled.py reads its code), a reduction and a pointwise pass at most on a GPU. That gradient
+is all the two other GEMMs need: d rows = g W and d W += g^T h, no gather of W[label], no index_add_ (atomics on a
+GPU), and on CUDA both write fp32 (`_mm32`).
 
 Every chunk has the same shape (`step` rows, the last one padded with zero rows of weight 0), so the function is
 compiled once for a run whatever its batch sizes.
