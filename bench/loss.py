@@ -5,6 +5,7 @@ Usage (from the repository root):
 
     python bench/loss.py                                   # CPU, fp32 and bf16, 4096 rows, D 512, V 32000
     python bench/loss.py --rows 4096 --dim 512 --vocab 8000 --dtypes bf16 --steps 10
+    python bench/loss.py --threads 1 --clock cpu           # CPU time: steadier on a busy shared machine
     python bench/loss.py --device cuda --rows 25000        # a GPU batch (each call timed between synchronisations)
 
 Reports per dtype the median seconds per call of each path, their spread (min-max of the timed calls), the ratio
@@ -44,7 +45,7 @@ def bench(args, dtype: str, device: torch.device) -> list[str]:
     target = torch.randint(0, args.vocab, (args.rows,), generator=g).to(device)
     calls = {name: synced(loss_call(hidden, weight, target, dtype, name == "compiled"), device)
              for name in ("eager", "compiled")}
-    times = interleaved(calls, args.steps, args.warmup, pause=0.3 if device.type == "cpu" else 0.0)
+    times = interleaved(calls, args.steps, args.warmup, clock=args.clock, pause=0.3 if device.type == "cpu" else 0.0)
     ratio = median([c / e for e, c in zip(times["eager"], times["compiled"], strict=True)])
     cells = [f"{median(times[n]):.3f} ({min(times[n]):.3f}-{max(times[n]):.3f})" for n in calls]
     return [dtype, *cells, f"{median(times['compiled']) / median(times['eager']):.2f} ({ratio:.2f})"]
@@ -60,14 +61,17 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="wall: elapsed time; cpu: this process's CPU time (robust to other load; use --threads 1)")
     args = p.parse_args()
     device = device_from(args.device)
     torch.set_num_threads(args.threads)
     with OtherLoad() as load:
         rows = [bench(args, dtype, device) for dtype in args.dtypes.split(",")]
     print(f"\nprojected loss forward + backward, {args.rows} rows, D {args.dim}, V {args.vocab}, {device}, seconds per "
-          f"call: median (min-max) of {args.steps}, {args.threads} threads, torch {torch.__version__}, other "
-          f"processes' CPU share during the run: {load}; in brackets: median of per-round ratios")
+          f"call ({args.clock} clock): median (min-max) of {args.steps}, {args.threads} threads, torch "
+          f"{torch.__version__}, other processes' CPU share during the run: {load}; in brackets: median of per-round "
+          "ratios")
     print(table(["dtype", "eager s", "compiled s", "compiled / eager"], rows))
 
 
