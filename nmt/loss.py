@@ -9,7 +9,8 @@ Two ways to the same numbers:
   rows at a time, and the gradient with respect to each chunk is formed in the same pass (the loss is a
   scalar, so backward only scales what forward already computed): three GEMMs per chunk and no full-size
   tensor. Padding rows are never projected. The chunk is sized per device: on a CPU to stay in cache, on
-  a GPU large enough that a batch is a few chunks (each chunk is ~40 kernel launches).
+  a GPU large enough that a batch is a few chunks (each chunk is ~40 kernel launches). `compiled=True`: each chunk
+  one torch.compile'd function of one fixed shape, its passes over the logits fused (nmt.loss_compiled).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmt.kernels import autocast_dtype, fast_linear
+from nmt.loss_compiled import compiled_chunked
 
 
 def smoothing_weights(epsilon: float) -> tuple[float, float]:
@@ -62,6 +64,18 @@ def chunk_rows(device: torch.device, vocab: int) -> int:
     return max(1, budget // (4 * vocab))
 
 
+COMPILED_CPU_CHUNK_BYTES = 16 << 20  # compiled, CPU: each chunk's d W is added to the fp32 [V, D] once; fewer, larger
+
+
+def compiled_chunk_rows(device: torch.device, vocab: int, dtype: torch.dtype) -> int:
+    """Rows of the compiled loss's chunk, one shape for a run: the same budget of logits, now in the compute dtype,
+    in whole GEMM tiles (128 rows on a GPU: 4,096 at a 32k vocabulary in bf16; 16 on a CPU)."""
+    cpu = device.type == "cpu"
+    tile = 16 if cpu else 128
+    budget = COMPILED_CPU_CHUNK_BYTES if cpu else GPU_CHUNK_BYTES
+    return max(tile, budget // (dtype.itemsize * vocab) // tile * tile)
+
+
 def target_positions(target: Tensor, pad: int) -> Tensor:
     """The flat positions [n] of target's non-pad tokens. Computed where the batch is built (its size is
     then known without asking the GPU); the loss selects rows with it instead of a boolean mask, whose
@@ -71,12 +85,13 @@ def target_positions(target: Tensor, pad: int) -> Tensor:
 
 def projected_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float,
                                   pad: int, bias: Tensor | None = None,
-                                  positions: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                                  positions: Tensor | None = None, compiled: bool = False) -> tuple[Tensor, Tensor]:
     """`label_smoothed_loss(hidden @ weight.T + bias, target, ...)` without the full logits: hidden
     [..., D], weight [V, D], target [...], bias [V] a constant (a model's fixed output bias), positions
     `target_positions(target, pad)` if the caller has them. The loss is differentiable (once) with respect
     to hidden and weight; the NLL is for logging. Under autocast the GEMMs run in the autocast dtype, the
-    softmax in fp32."""
+    softmax in fp32. `compiled`: the gradient's chunks through nmt.loss_compiled (one torch.compile'd function
+    per chunk shape, fused passes over the logits; for a GPU), else the eager chunks here (the reference)."""
     if positions is None:
         positions = target_positions(target, pad)
     positions = positions.to(hidden.device, non_blocking=True)
@@ -85,7 +100,7 @@ def projected_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor
     dtype = autocast_dtype(hidden.device.type) or hidden.dtype
     bias = bias.detach().float() if bias is not None else None
     if torch.is_grad_enabled() and (rows.requires_grad or weight.requires_grad):
-        return _ProjectedLoss.apply(rows, weight, labels, epsilon, dtype, bias)
+        return _ProjectedLoss.apply(rows, weight, labels, epsilon, dtype, bias, compiled)
     with torch.autocast(hidden.device.type, enabled=False):
         loss, nll, _, _ = _chunked(rows.to(dtype), weight.to(dtype), labels, epsilon, bias, with_grad=False)
     return loss, nll
@@ -197,12 +212,17 @@ class _ProjectedLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, rows: Tensor, weight: Tensor, labels: Tensor, epsilon: float, dtype: torch.dtype,
-                bias: Tensor | None) -> tuple[Tensor, Tensor]:
+                bias: Tensor | None, compiled: bool) -> tuple[Tensor, Tensor]:
+        ctx.dtypes = rows.dtype, weight.dtype  # the gradients' dtypes
         with torch.autocast(rows.device.type, enabled=False):
-            loss, nll, grad_rows, grad_weight = _chunked(rows.to(dtype), weight.to(dtype), labels, epsilon, bias,
-                                                         with_grad=True)
+            rows, weight = rows.to(dtype), weight.to(dtype)
+            if compiled:
+                step = compiled_chunk_rows(rows.device, weight.size(0), dtype)
+                loss, nll, grad_rows, grad_weight = compiled_chunked(rows, weight, labels, *smoothing_weights(epsilon),
+                                                                     bias, step)
+            else:
+                loss, nll, grad_rows, grad_weight = _chunked(rows, weight, labels, epsilon, bias, with_grad=True)
         ctx.save_for_backward(grad_rows, grad_weight)
-        ctx.dtypes = rows.dtype, weight.dtype
         ctx.mark_non_differentiable(nll)
         return loss, nll
 
@@ -211,4 +231,4 @@ class _ProjectedLoss(torch.autograd.Function):
         grad_rows, grad_weight = ctx.saved_tensors
         rows_dtype, weight_dtype = ctx.dtypes
         return ((grad_rows * grad_loss).to(rows_dtype), (grad_weight * grad_loss).to(weight_dtype),
-                None, None, None, None)
+                None, None, None, None, None)
