@@ -8,7 +8,7 @@ TRAIN_ARGS ?=
 # one stamp per Python environment: a new venv installs everything again, even in a tree that had one
 STAMP := .install.$(shell $(PYTHON) -c "import hashlib, sys; print(hashlib.sha1(sys.prefix.encode()).hexdigest()[:8])").stamp
 
-.PHONY: install libretranslate demo demo-zh demo-distill test lint bench-prepare bench-train bench-translate gpu multi30k clean
+.PHONY: install libretranslate demo demo-zh demo-distill test lint bench-prepare bench-train bench-translate gpu gpu-mfu multi30k clean
 
 # torch first, pinned to the CPU wheel when missing, so pip never pulls a multi-GB CUDA build;
 # a GPU user installs their own torch beforehand and it is kept.
@@ -95,6 +95,16 @@ gpu: $(STAMP)
 	$(PYTHON) bench/train.py --device cuda --configs base-gpu,big-gpu --dtype bf16 --vocab 32000 --own-settings --steps 10
 	$(PYTHON) bench/train.py --device cuda --configs base --dtype fp16 --vocab 32000 --max-tokens 16384 --steps 10
 	$(PYTHON) bench/translate.py --device cuda --configs base --dtype fp16 --batches 32,1 --repeats 3
+
+# issue 48's candidates on a GPU, one short run: their GPU tests (no host wait, varlen attention = padded), the
+# compiled loss alone, then ours padded and packed, model and loss compiled, beside Marian at the paper's batch
+gpu-mfu: $(STAMP)
+	@$(PYTHON) -c "import torch; assert torch.cuda.is_available()" 2>/dev/null || { echo "make gpu-mfu: no CUDA GPU"; exit 1; }
+	$(PIP) install -q -e ".[bench]"
+	$(PYTHON) -m pytest -m gpu -q tests/gpu/test_gpu_packed.py tests/gpu/test_gpu_update.py
+	$(PYTHON) bench/loss.py --device cuda --rows 25000 --dtypes bf16
+	$(PYTHON) bench/train.py --device cuda --configs base,big --dtype bf16 --vocab 32000 --max-tokens 25000 --steps 10 \
+	  --compile --compile-loss --packed
 
 # Multi30k: prepare -> train (60-minute budget) -> translate test2016 -> score, timing each stage.
 M30_DATA := data/multi30k-$(SRC)-$(TGT)

@@ -38,8 +38,9 @@ matrix products run in (bf16/fp16, or TF32 for fp32: training switches it on; be
 --peak-tflops for a GPU not listed) and the peak GPU memory of an update of ours. Every config's line gives the
 batch's padding efficiency (real tokens / padded slots, source and target). `--compile` runs ours through
 torch.compile (train.compile); `--own-settings` takes each config's train.max_tokens and train.compile;
-`--packed` adds "ours-packed": ours on the same sentences packed end to end in one row of max_tokens + 1
-(train.packed: no padding, varlen FlashAttention on a GPU; on a CPU a dense mask, slow by construction):
+`--compile-loss` runs ours' loss compiled (train.compile_loss: nmt.loss_compiled); `--packed` adds "ours-packed":
+ours on the same sentences packed end to end in one row of max_tokens + 1 (train.packed: no padding, varlen
+FlashAttention on a GPU; on a CPU a dense mask, slow by construction):
 
     python bench/train.py --device cuda --configs base,big --dtype bf16
     python bench/train.py --device cuda --configs base-gpu,big-gpu --dtype bf16 --own-settings
@@ -119,9 +120,10 @@ def update_fn(model, loss_fn, optimizer, batch: Batch, epsilon: float, device: t
     return update
 
 
-def ours_loss(model, batch: Batch, epsilon: float, forward=None):
-    """`nmt train`'s loss of a piece; `forward`: the model through torch.compile (train.compile), else the model."""
-    return piece_loss(forward or model, model, batch, epsilon, PAD)
+def ours_loss(model, batch: Batch, epsilon: float, forward=None, compiled_loss: bool = False):
+    """`nmt train`'s loss of a piece; `forward`: the model through torch.compile (train.compile), else the model;
+    `compiled_loss`: train.compile_loss."""
+    return piece_loss(forward or model, model, batch, epsilon, PAD, compiled_loss)
 
 
 def ours_logits_loss(model, batch: Batch, epsilon: float):
@@ -142,11 +144,13 @@ def contestants_of(cfg, args, device: torch.device, gpu: bool, batch: Batch, com
     through torch.compile, as `nmt train` with train.compile."""
     fp32 = Precision("fp32")  # fp32 weights; bf16/fp16 are autocast, as nmt train
     ours_model = prepare(ours(cfg, args.vocab), device, fp32, training=True)
-    ours_fn = ours_loss if not compiled else partial(ours_loss, forward=torch.compile(ours_model))
+    ours_fn = partial(ours_loss, forward=torch.compile(ours_model) if compiled else None,
+                      compiled_loss=args.compile_loss)
     models = [("ours", ours_model, ours_fn, batch)]
     if args.packed:
         packed_model = prepare(ours(cfg, args.vocab), device, fp32, training=True)
-        packed_fn = ours_loss if not compiled else partial(ours_loss, forward=torch.compile(packed_model))
+        packed_fn = partial(ours_loss, forward=torch.compile(packed_model) if compiled else None,
+                            compiled_loss=args.compile_loss)
         models.append(("ours-packed", packed_model, packed_fn, packed_batch(batch.to("cpu"), device)))
     if not gpu:  # torch's F.linear instead of our oneDNN kernels
         models.append(("ours-mkl", kernels.swap_dropout(ours(cfg, args.vocab)), ours_loss, batch))
@@ -236,6 +240,8 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=4096, help="padded target tokens per batch (rows x 32)")
     p.add_argument("--compile", action="store_true", help="ours through torch.compile, as `nmt train` with "
                                                           "train.compile (the peers eager)")
+    p.add_argument("--compile-loss", action="store_true", help="ours' loss chunks through torch.compile "
+                                                               "(train.compile_loss)")
     p.add_argument("--packed", action="store_true", help="also ours on the same sentences packed (train.packed)")
     p.add_argument("--own-settings", action="store_true",
                    help="each config's own train.max_tokens and train.compile instead of --max-tokens/--compile")

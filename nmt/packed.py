@@ -9,7 +9,8 @@ segment begins, the cumulative lengths [0, n_1, n_1 + n_2, ...] that varlen Flas
 
 On a CUDA device attention runs varlen FlashAttention; elsewhere (the CPU, the reference) the same attention with
 a [total, total] boolean mask built from the segments, which costs what its size says: packing is for a GPU.
-Dropout on the attention weights has no varlen kernel, so packing needs `model.attention_dropout` 0.
+Dropout on the attention weights has no varlen kernel, so packing needs `model.attention_dropout` 0; FlashAttention
+computes in bf16 or fp16, so on a GPU it needs `train.amp` bf16 or fp16.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ class PackedMask:
 
         if dropout_p > 0:
             raise ValueError("packed batches need model.attention_dropout 0: varlen FlashAttention has no dropout")
+        if q.dtype not in (torch.bfloat16, torch.float16):
+            raise ValueError("packed batches on a GPU need train.amp bf16 or fp16: FlashAttention computes in 16 bits")
         out = varlen_attn(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1),  # [T, H, Dh]
                           self.q.cu, self.k.cu, self.q.longest, self.k.longest,
                           window_size=(-1, 0) if self.causal else (-1, -1))

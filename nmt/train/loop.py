@@ -285,7 +285,7 @@ class Trainer:
         device); returns its loss and NLL sums [2], on the device."""
         batch = batch.to(self.device)
         loss_of = lambda: piece_loss(self.forward, self.model, batch, self.cfg.train.label_smoothing,  # noqa: E731
-                                     self.special.pad)
+                                     self.special.pad, self.cfg.train.compile_loss)
         # DDP all-reduces the gradients once, in the backward of the update's last piece
         with contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync():
             return piece_backward(loss_of, self.scaler, self.dist.world / total, self.device, self.precision)

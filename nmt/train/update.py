@@ -31,15 +31,16 @@ def grad_scaler(precision: Precision, device: torch.device) -> torch.amp.GradSca
 
 
 def piece_loss(forward: Callable[..., Tensor], model: nn.Module, batch: Batch, label_smoothing: float,
-               pad: int) -> tuple[Tensor, Tensor]:
+               pad: int, compiled_loss: bool = False) -> tuple[Tensor, Tensor]:
     """Sums of the label-smoothed loss and of the NLL over a batch on the model's device: the decoder's last
     states into the projected loss (no full logits). `forward` is the model or what wraps it (DDP, compile);
     the positions of the target tokens come with the batch, so the loss never asks the device for them. A packed
-    batch (nmt.data.packing) brings its sentences' segments."""
+    batch (nmt.data.packing) brings its sentences' segments. `compiled_loss`: the loss's chunks through
+    torch.compile (train.compile_loss, nmt.loss_compiled)."""
     layout = {} if batch.packed is None else {"packed": batch.packed}  # a padded batch: the model's plain call
     hidden = forward(batch.src, batch.tgt_in, project=False, **layout)
     return projected_label_smoothed_loss(hidden, model.output_weight, batch.tgt_out, label_smoothing, pad,
-                                         model.output_bias, positions=batch.tgt_positions)
+                                         model.output_bias, positions=batch.tgt_positions, compiled=compiled_loss)
 
 
 def piece_backward(loss_of: Callable[[], tuple[Tensor, Tensor]], scaler: torch.amp.GradScaler, weight: float | Tensor,

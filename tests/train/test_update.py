@@ -7,9 +7,12 @@ import pytest
 import torch
 from torch import nn
 
+from nmt import loss as loss_mod
 from nmt.precision import Precision
+from nmt.train.loop import train
 from nmt.train.state import SkippedUpdate
 from nmt.train.update import finish_update, grad_scaler, gradient_norm
+from tests.helpers.training import tiny_config
 
 
 def model_with_grads(seed: int = 0) -> nn.Module:
@@ -50,3 +53,19 @@ def test_a_non_finite_loss_skips_the_step_and_drops_the_gradients():
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
     loss_sum, nll_sum, norm = finish_update(model.parameters(), optimizer, scaler, 0.0, torch.tensor([3.0, 2.0]))
     assert (loss_sum, nll_sum) == (3.0, 2.0) and norm > 0 and optimizer.state  # the step was taken
+
+
+def test_train_compile_loss_sends_every_piece_through_the_compiled_chunks(demo_data, tmp_path, monkeypatch):
+    """train.compile_loss reaches the loss (its arithmetic against the eager chunks: tests/core/test_loss_compiled.py);
+    the compiled chunks are stood in for by the eager ones here, so no compile is paid."""
+    calls = []
+
+    def eager_chunks(rows, weight, labels, keep, spread, bias, step):
+        calls.append(step)
+        return loss_mod._chunked(rows, weight, labels, spread, bias, with_grad=True)
+
+    monkeypatch.setattr(loss_mod, "compiled_chunked", eager_chunks)
+    train(tiny_config(demo_data, tmp_path / "off", "train.max_updates=2"), progress=False)
+    assert calls == []
+    train(tiny_config(demo_data, tmp_path / "on", "train.max_updates=2", "train.compile_loss=true"), progress=False)
+    assert len(calls) == 2 and calls[0] == loss_mod.compiled_chunk_rows(torch.device("cpu"), 400, torch.float32)
