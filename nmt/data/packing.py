@@ -36,13 +36,12 @@ def fill_lengths(real: int, pieces: int) -> list[int]:
     return [base + 1] * extra + [base] * (pieces - extra)
 
 
-def _side(seqs: Sequence[Sequence[int]], head: list[int], tail: list[int], row_width: int,
-          pad: int) -> tuple[np.ndarray, list[int]]:
-    """One side's row [row_width]: each sequence with `head` before and `tail` after it, end to end, then pad."""
+def _row(seqs: Sequence[Sequence[int]], row_width: int, pad: int) -> tuple[np.ndarray, list[int]]:
+    """One side's row [row_width]: the sequences end to end, then pad; and their lengths."""
     row = np.full(row_width, pad, dtype=np.int64)
-    flat = list(itertools.chain.from_iterable(head + list(s) + tail for s in seqs))
+    flat = list(itertools.chain.from_iterable(seqs))
     row[:len(flat)] = flat
-    return row, [len(s) + len(head) + len(tail) for s in seqs]
+    return row, [len(s) for s in seqs]
 
 
 def _segments(lengths: list[int], fill: list[int], count: int) -> Segments:
@@ -59,9 +58,9 @@ def _segments(lengths: list[int], fill: list[int], count: int) -> Segments:
 def pack(src_seqs: list[list[int]], tgt_in: list[list[int]], tgt_out: list[list[int]], index: torch.Tensor,
          row_width: int, pad: int) -> Batch:
     """A packed Batch of full sequences (src with EOS, tgt_in with BOS, tgt_out with EOS) in rows of row_width."""
-    src, src_lens = _side(src_seqs, [], [], row_width, pad)
-    tgt_row, tgt_lens = _side(tgt_in, [], [], row_width, pad)
-    out_row, _ = _side(tgt_out, [], [], row_width, pad)
+    src, src_lens = _row(src_seqs, row_width, pad)
+    tgt_row, tgt_lens = _row(tgt_in, row_width, pad)
+    out_row, _ = _row(tgt_out, row_width, pad)
     fill_src, fill_tgt = row_width - sum(src_lens), row_width - sum(tgt_lens)
     if min(fill_src, fill_tgt) < 1:
         raise ValueError(f"packed row of {row_width} has no room for its fill ({sum(src_lens)}, {sum(tgt_lens)})")
@@ -98,12 +97,10 @@ def split_packed(batch: Batch, pad: int, multiple: int = 1) -> list[Batch]:
     n = len(batch)
     halves = []
     for lo, hi in ((0, n // 2), (n // 2, n)):
-        s0, s1 = (int(batch.packed.src.cu[i]) for i in (lo, hi))
-        t0, t1 = (int(batch.packed.tgt.cu[i]) for i in (lo, hi))
         src_cu, tgt_cu = batch.packed.src.cu[lo:hi + 1].tolist(), batch.packed.tgt.cu[lo:hi + 1].tolist()
         src = [batch.src[0, a:b].tolist() for a, b in itertools.pairwise(src_cu)]
         tgt_in = [batch.tgt_in[0, a:b].tolist() for a, b in itertools.pairwise(tgt_cu)]
         tgt_out = [batch.tgt_out[0, a:b].tolist() for a, b in itertools.pairwise(tgt_cu)]
-        row_width = width(max(s1 - s0, t1 - t0), multiple)
+        row_width = width(max(src_cu[-1] - src_cu[0], tgt_cu[-1] - tgt_cu[0]), multiple)
         halves.append(pack(src, tgt_in, tgt_out, batch.index[lo:hi], row_width, pad))
     return halves
