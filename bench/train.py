@@ -123,7 +123,7 @@ def update_fn(model, loss_fn, optimizer, batch: Batch, epsilon: float, device: t
 def ours_loss(model, batch: Batch, epsilon: float, forward=None, compiled_loss: bool = False):
     """`nmt train`'s loss of a piece; `forward`: the model through torch.compile (train.compile), else the model;
     `compiled_loss`: train.compile_loss."""
-    return piece_loss(forward or model, model, batch, epsilon, PAD, compiled_loss)
+    return piece_loss(model if forward is None else forward, model, batch, epsilon, PAD, compiled_loss)
 
 
 def ours_logits_loss(model, batch: Batch, epsilon: float):

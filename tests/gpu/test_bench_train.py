@@ -132,3 +132,23 @@ def test_own_settings_take_each_configs_batch_and_compile(tmp_path):
     path = tiny_bench_config(tmp_path / "t.yaml", max_tokens=1234, compile=True)
     assert bench_train.own_batch(path, bench_args(own_settings=True)) == (1234, True)
     assert bench_train.own_batch(path, bench_args()) == (64, False)
+
+
+def test_a_compiled_forward_is_called_not_asked_for_its_truth(tmp_path):
+    """torch.compile's module raises on len(), so on bool(): the bench's loss must test `forward is None`, not `or`
+    (`--compile` crashed before its first update)."""
+    cfg = bench_train.model_config(tiny_bench_config(tmp_path / "t.yaml"))
+    model = bench_train.ours(cfg, 50)
+    batch = bench_train.make_batch(64, 50, torch.device("cpu"))
+    calls = []
+
+    class LikeCompiled:  # torch._dynamo's OptimizedModule: callable, no len()
+        def __call__(self, *args, **kwargs):
+            calls.append(1)
+            return model(*args, **kwargs)
+
+        def __len__(self):
+            raise TypeError("Transformer does not support len()")
+
+    loss, nll = bench_train.ours_loss(model, batch, 0.1, forward=LikeCompiled())
+    assert calls == [1] and loss > nll > 0
