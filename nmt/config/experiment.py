@@ -94,7 +94,7 @@ class TrainConfig:
     compile_loss: bool = False
     seed: int = 1
     # padded tokens per batch: sentences x the longest side in it (source + EOS or target + BOS/EOS, whichever is
-    # longer), what the batch's tensors hold; also the validation loss's batches
+    # longer), what the batch's tensors hold; also the validation loss's batches (train.packed: each side's sum)
     max_tokens: int = 4096
     update_freq: int = 1  # gradient accumulation: batches per update
     # each batch's source and target lengths padded up to a multiple of this (in max_tokens' count too): 8 gives

@@ -115,6 +115,9 @@ class TokenBatchSampler:
     tensors (``collate``): on a GPU, matrix shapes that tensor cores take whole, and under ``torch.compile``
     an eighth of the distinct lengths. The extra columns are padding, masked like any other.
 
+    ``packed``: the budget is each side's SUM of lengths instead (``cut_packed``), for batches laid end to end in one
+    row (nmt.data.packing); the multiple then rounds that row's width, not the sentences' lengths.
+
     DDP: every rank builds the same global batch list for the epoch, padded to a multiple of
     ``num_replicas`` by repeating its first batches; rank r takes global batches r, r+W, r+2W, ...
     So one process with update_freq=W sees the same groups of batches as W ranks.
