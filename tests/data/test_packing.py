@@ -16,12 +16,12 @@ from nmt.data.batches import batches_from_dataset, split
 from nmt.data.batching import TokenBatchSampler, collate, cut_packed
 from nmt.data.datadir import DataDir
 from nmt.data.packing import SEGMENT_MULTIPLE, collate_packed, width
-from nmt.errors import ConfigError, NmtError
+from nmt.errors import ConfigError
 from nmt.model import Transformer
 from nmt.rundir import RunDir
 from nmt.train.loop import train
 from nmt.train.update import piece_loss
-from tests.helpers.batches import IDS, Columns, corpus
+from tests.helpers.batches import IDS, Columns, assert_resume_refused_under, corpus
 from tests.helpers.bench import bench_module
 from tests.helpers.modeling import PAD
 from tests.helpers.training import tiny_config
@@ -133,14 +133,8 @@ def test_an_out_of_memory_split_gives_two_packed_halves_of_the_same_sums():
 
 
 def test_a_run_resumes_its_batch_order_only_packed_as_it_started():
+    assert_resume_refused_under("packed", {"packed": True}, "packed 0 -> 1")  # a state from before: unpacked
     lens = np.random.default_rng(0).integers(1, 40, 400)
-    started = TokenBatchSampler(lens, lens, 200)
-    next(iter(started))
-    state = started.state_dict()
-    with pytest.raises(NmtError, match="packed 0 -> 1"):
-        TokenBatchSampler(lens, lens, 200, packed=True).load_state_dict(state)
-    before = {k: v for k, v in state.items() if k != "packed"}  # a checkpoint from before packing: unpacked
-    TokenBatchSampler(lens, lens, 200).load_state_dict(before)
     packed = TokenBatchSampler(lens, lens, 200, packed=True)
     packed.load_state_dict(packed.state_dict())
 

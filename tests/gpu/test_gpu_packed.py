@@ -13,6 +13,7 @@ import os
 import pytest
 import torch
 
+from nmt.data.batching import collate
 from nmt.data.packing import collate_packed
 from nmt.model import Transformer
 from nmt.train.loop import compiled_graphs
@@ -41,8 +42,6 @@ def loss_and_grads(m: Transformer, forward, batch) -> tuple[torch.Tensor, torch.
 
 
 def test_packed_through_varlen_attention_is_the_padded_batch():
-    from nmt.data.batching import collate
-
     src, tgt = corpus(16, seed=5)
     m = model()
     padded = loss_and_grads(m, m, collate(src, tgt, **IDS))
