@@ -42,9 +42,9 @@ there with the same clock, interleaved with the others. Goal: ours >= 2x HF gene
 bf16 matrix multiplies are several times faster than fp32); CTranslate2 has no bf16 on CPU and is left out.
 --dtype int8 applies PyTorch dynamic int8 quantization to the nn.Linear layers of ours and of HF (ours through
 `nmt.precision.prepare`, as `nmt translate --quantize int8`, which quantizes a copy of the tied output
-projection too; HF's lm_head is an nn.Linear, quantized with the same `nmt.kernels.to_int8`), and runs
+projection too; HF's lm_head is an nn.Linear, quantized with the same `nmt.int8.to_int8`), and runs
 CTranslate2 with compute_type int8. With --compile, ours compiled runs nmt translate --compile --quantize int8's int8
-weights (nmt.kernels.Int8WeightLinear: int8 weights with a scale per output channel, their products taking bf16
+weights (nmt.int8.Int8WeightLinear: int8 weights with a scale per output channel, their products taking bf16
 input), its eager column dynamic int8 as above.
 
 --floor records the matrix multiplies of one call of ours (shapes, strides, dtype) and times them alone,
@@ -93,6 +93,7 @@ from floor import gemm_floor
 from gpu import check_dtype, device_from, device_label, synced
 
 from nmt import (
+    int8,
     kernels,
     search,  # noqa: E402
 )
@@ -205,7 +206,7 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
     ours_model, hf_model, ct2, exported, ids, vocab, cfg = contestants(name, args, workdir, use_ct2)
     hf_model = hf_model.to(device=device, dtype=precision.dtype)
     if args.dtype == "int8":  # the same int8 scheme for HF (equal work)
-        hf_model = kernels.to_int8(hf_model)
+        hf_model = int8.to_int8(hf_model)
     plain = copy.deepcopy(ours_model) if args.compile else None  # prepare() swaps its layers in place
     if args.mkl_linear or args.unpacked:
         ours_model = ours_model.to(precision.dtype)
@@ -256,7 +257,7 @@ def compiled_decoder(plain, name: str, args):
     if args.dtype not in ("fp32", "int8") or args.device != "cpu":
         raise SystemExit("error: --compile times float32 or int8 on the CPU")
     if args.dtype == "int8":  # as nmt translate --compile --quantize int8
-        plain = kernels.to_int8_weights(plain)
+        plain = int8.to_int8_weights(plain)
     announce = lambda message: print(f"{name}: {message}", flush=True)  # noqa: E731
     return CompiledDecoder(plain.eval(), Path(args.compile_dir) / name, announce)  # a directory per model (prune)
 
@@ -312,7 +313,7 @@ def main() -> None:
                         "machine leaves of each contestant's speed")
     p.add_argument("--compile", action="store_true",
                    help="fp32 or int8 on CPU: ours through its compiled decoder step where nmt translate --compile "
-                        "uses it (int8: --compile --quantize int8's int8 weights, nmt.kernels.Int8WeightLinear) "
+                        "uses it (int8: --compile --quantize int8's int8 weights, nmt.int8.Int8WeightLinear) "
                         "(up to nmt.search.compiled.MAX_ROWS rows), with ours as without it beside (eager); packages "
                         "compiled on first use into --compile-dir")
     p.add_argument("--compile-dir", default=str(Path.home() / ".cache" / "nmt" / "bench-compiled"),

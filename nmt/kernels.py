@@ -2,16 +2,15 @@
 
 The model asks `written_out_pays` whether to compute attention as equation 1 is written (its
 `scaled_dot_product_attention`) rather than through PyTorch's fused SDPA; everything else is swapped in from outside
-by nmt.precision (`swap_linears`, `swap_dropout`, `to_int8`) and for a compiled int8 search (`to_int8_weights`),
-or called by the loss and the search (`fast_linear`, `top_k_rows`). Each kernel says why it exists and which bench
-shows it; the figures themselves live with the benches and the README, not here.
+by nmt.precision (`swap_linears`, `swap_dropout`; int8 layers are nmt.int8's), or called by the loss and the search
+(`fast_linear`, `top_k_rows`). Each kernel says why it exists and which bench shows it; the figures themselves live
+with the benches and the README, not here.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import warnings
 from typing import Any
 
 import torch
@@ -208,73 +207,6 @@ def without_dropout(model: nn.Module) -> nn.Module:
         else:
             without_dropout(child)
     return model
-
-
-# ---- int8 ------------------------------------------------------------------------------------------
-
-
-def to_int8(model: nn.Module) -> nn.Module:
-    """PyTorch dynamic int8 quantization of every nn.Linear: weights int8 with a scale per output channel (as
-    CTranslate2 quantizes; one scale per matrix lost more BLEU, `python bench/precision.py`), activations
-    quantized per batch. A Linear subclass (a tied output projection: the embedding matrix) is first
-    replaced by a plain nn.Linear copy, as HF's lm_head and CTranslate2's output layer are quantized; with a
-    large vocabulary it is most of a decoding step's work."""
-    quantization = getattr(torch.ao, "quantization", None)
-    quantize_dynamic = getattr(quantization, "quantize_dynamic", None)
-    if quantize_dynamic is None:
-        raise RuntimeError("int8 quantization needs torch.ao.quantization, which this torch build lacks")
-    _untie_linears(model)
-    with warnings.catch_warnings():  # torch marks eager quantization deprecated in favour of torchao
-        warnings.simplefilter("ignore")
-        return quantize_dynamic(model, {nn.Linear: quantization.per_channel_dynamic_qconfig}, dtype=torch.qint8)
-
-
-class Int8WeightLinear(nn.Module):
-    """An nn.Linear with its weight stored in int8, one scale per output channel (as to_int8 and CTranslate2
-    quantize weights): y = x (scale * W_int8)^T + b by aten._weight_int8pack_mm, its input rounded to bf16 (the
-    operator's fast CPU kernel takes bf16; float32 input runs a scalar loop ~15x slower), the output and bias float32.
-    A decoding step at a few rows reads its weights from memory, and int8 reads a quarter of float32's bytes;
-    unlike to_int8's quantized layers it is a plain aten operator, which torch.export captures and Inductor compiles
-    (nmt.search.compiled, `--compile --quantize int8`)."""
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__()
-        w = linear.weight.detach().float()
-        scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127  # [N]: the largest weight of a row maps to 127
-        self.register_buffer("weight", (w / scale[:, None]).round().clamp(-127, 127).to(torch.int8))
-        self.register_buffer("scale", scale)
-        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
-
-    def forward(self, x: Tensor) -> Tensor:
-        x16 = x.reshape(-1, x.size(-1)).to(torch.bfloat16)
-        y = torch.ops.aten._weight_int8pack_mm(x16, self.weight, self.scale.to(torch.bfloat16)).float()
-        y = y.view(*x.shape[:-1], y.size(-1))
-        return y if self.bias is None else y + self.bias
-
-
-def to_int8_weights(model: nn.Module) -> nn.Module:
-    """`model` (float32) with every nn.Linear, a tied output projection included (untied first, as in to_int8),
-    replaced in place by an Int8WeightLinear."""
-    _untie_linears(model)
-    for module in list(model.modules()):
-        for name, child in module.named_children():
-            if type(child) is nn.Linear:
-                setattr(module, name, Int8WeightLinear(child))
-    return model
-
-
-def _untie_linears(model: nn.Module) -> None:
-    for name, child in model.named_children():
-        if isinstance(child, nn.Linear) and type(child) is not nn.Linear:
-            plain = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
-                              dtype=child.weight.dtype, device=child.weight.device)
-            with torch.no_grad():
-                plain.weight.copy_(child.weight)
-                if child.bias is not None:
-                    plain.bias.copy_(child.bias)
-            setattr(model, name, plain)
-        else:
-            _untie_linears(child)
 
 
 # ---- top-k -----------------------------------------------------------------------------------------

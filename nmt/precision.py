@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from nmt import kernels
+from nmt import int8, kernels
 from nmt.errors import NmtError
 
 NAMES = ("fp32", "bf16", "fp16", "int8")
@@ -138,7 +138,7 @@ def prepare(model: nn.Module, device: torch.device, precision: Precision, traini
     kernels.without_dropout(model.to(device=device, dtype=precision.dtype).eval())
     if precision.name == "int8":
         try:
-            return kernels.to_int8(model)
+            return int8.to_int8(model)
         except RuntimeError as e:
             raise NmtError(f"--quantize int8: {e}") from None
     if device.type == "cpu":

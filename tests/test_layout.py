@@ -50,7 +50,7 @@ CONFIG_IMPORTS = {"errors"}  # config sits under the root modules that store it
 # the core of the core: they know nothing of files, configs or tokenizers (nmt modules they may import)
 # (search: its own modules besides)
 TORCH_ONLY = {"model": {"kernels", "cache", "packed"}, "cache": set(), "kernels": set(), "packed": set(),
-              "search": {"kernels"}}
+              "int8": set(), "search": {"kernels", "int8"}}
 MAX_LINES = 400  # a longer module holds more than one concept
 MAX_LINES_IN = {"serve": 250}  # a package's files: one concern each
 MAX_CLASS_LINES = 250  # a longer class holds more than one concept: its parts have owners elsewhere

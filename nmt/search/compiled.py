@@ -19,7 +19,7 @@ of a package's key too.
 A package is named by what it was built from (the weights, the model's and this module's code, torch, the CPU's
 instruction set, rows, threads): a changed checkpoint or a new torch builds a new one, which removes the one it
 replaces from the checkpoint's directory (prune). Float32 on a CPU only, its
-Linear layers plain or with int8 weights (nmt.kernels.Int8WeightLinear: `--compile --quantize int8`)."""
+Linear layers plain or with int8 weights (nmt.int8.Int8WeightLinear: `--compile --quantize int8`)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from nmt.kernels import Int8WeightLinear
+from nmt.int8 import Int8WeightLinear
 from nmt.search.beam import Beam, Chosen, beam_rule
 from nmt.search.scoring import Move, length_penalty_divisor, step_log_probs
 from nmt.search.settings import SearchSettings
@@ -74,7 +74,7 @@ def threads_for(rows: int, threads: int, weight_bytes: int) -> int:
 
 def step_bytes(model: nn.Module) -> int:
     """The bytes of weights a decoder step reads: its layers' and the output projection's (parameters, or buffers
-    where they are int8: nmt.kernels.Int8WeightLinear)."""
+    where they are int8: nmt.int8.Int8WeightLinear)."""
     weights = [t for m in (model.decoder_layers, model.output) for t in (*m.parameters(), *m.buffers())]
     return sum(w.numel() * w.element_size() for w in {id(w): w for w in weights}.values())
 

@@ -1,12 +1,13 @@
 """Int8-aware training: the model's Linear layers computed as `nmt translate --quantize int8` will compute them, so
 that training learns weights that lose little when they are rounded to int8 (quantization-aware training).
 
-At inference nmt.kernels.to_int8 quantizes every nn.Linear (the tied output projection too) with PyTorch's dynamic
-quantization: weights int8, one scale per output channel (symmetric: scale = max|w| / 127.5, values -128..127);
-activations quantized per call from the batch's own min and max (asymmetric, 0..127: the x86/fbgemm kernel keeps
-activations to 7 bits). `fake_quantize` swaps each such layer for a FakeQuantLinear that rounds its weight and its
-input the same way but keeps them float: the forward pass sees int8's rounding errors, and the backward pass is the
-straight-through estimator (the rounding's gradient taken as 1, 0 outside the int8 range).
+At inference nmt.int8.to_int8 quantizes every nn.Linear (the tied output projection too): weights int8, one scale per
+output channel (symmetric: scale = max|w| / 127.5, values -128..127); activations quantized per call from the
+batch's own min and max (asymmetric: 256 levels with fbgemm's product on a CPU with VNNI, 128 with PyTorch's
+dynamic quantization elsewhere, `nmt.int8.int8_activation_levels`). `fake_quantize` swaps each such layer for a
+FakeQuantLinear that rounds its weight and its input the same way but keeps them float: the forward pass sees int8's
+rounding errors, and the backward pass is the straight-through estimator (the rounding's gradient taken as 1, 0
+outside the int8 range).
 
 Why torch's own `torch.fake_quantize_per_channel_affine` / `fake_quantize_per_tensor_affine` and not torchao's QAT:
 torchao is not a dependency of nmt, and these two operators are in every torch build with the straight-through
@@ -26,32 +27,26 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from nmt.int8 import int8_activation_levels, int8_weight_scales
 from nmt.kernels import CPULinear
 from nmt.model import Transformer
 
 WEIGHT_RANGE = (-128, 127)  # qint8, zero point 0 (per_channel_symmetric)
-ACTIVATION_RANGE = (0, 127)  # quint8 with reduce_range: the 7 bits dynamic quantization uses on x86
 EPS = torch.finfo(torch.float32).eps  # the observers' smallest scale: an all-zero row or input stays finite
-
-
-def weight_scales(weight: Tensor) -> Tensor:
-    """One scale per output channel (row), as torch's PerChannelMinMaxObserver computes it for qint8 symmetric."""
-    low, high = WEIGHT_RANGE
-    return (weight.detach().abs().amax(dim=1).float() / ((high - low) / 2)).clamp_min(EPS)
 
 
 def fake_quantize_weight(weight: Tensor) -> Tensor:
     """`weight` [out, in] rounded to its int8 grid, still float; gradient: straight through (0 where clamped:
     at most a row's largest positive weight, which rounds to 128)."""
-    scales = weight_scales(weight)
+    scales = int8_weight_scales(weight)
     zeros = torch.zeros_like(scales, dtype=torch.int32)
     return torch.fake_quantize_per_channel_affine(weight, scales, zeros, 0, *WEIGHT_RANGE)
 
 
 def fake_quantize_activation(x: Tensor) -> Tensor:
-    """`x` rounded to the 7-bit grid dynamic quantization picks for this call: the range spans the tensor's min and
-    max and always 0 (ChooseQuantizationParams), one scale for the whole tensor (the batch)."""
-    low, high = ACTIVATION_RANGE
+    """`x` rounded to the grid int8 inference picks for this call: the range spans the tensor's min and max and
+    always 0 (ChooseQuantizationParams), one scale for the whole tensor (the batch)."""
+    low, high = 0, int8_activation_levels() - 1
     x32 = x.float()  # int8 inference quantizes fp32 activations (and the operator wants them)
     lo = x32.detach().amin().clamp(max=0)
     hi = x32.detach().amax().clamp(min=0)

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import torch
 
-from nmt import checkpoint, kernels
+from nmt import checkpoint, int8
 from nmt.checkpoint import Checkpoint
 from nmt.config.experiment import Config, DecodeConfig, check_decode
 from nmt.data.batching import source_batches
@@ -116,7 +116,7 @@ class Translator:
                            "CXX): install one, or drop --compile")
         plain = ckpt.build_model(self.tokenizer).eval()
         if self.precision.name == "int8":  # int8 weights in an operator the compiler knows (to_int8's it does not)
-            plain = kernels.to_int8_weights(plain)
+            plain = int8.to_int8_weights(plain)
         return CompiledDecoder(plain, package_dir(ckpt.path), self.warn_compile)
 
     def warn_compile(self, message: str) -> None:

@@ -221,32 +221,3 @@ def test_top_k_rows_equals_torch_topk(vocab):
         assert torch.equal(index[finite], expected.indices[finite])
         assert torch.equal(x.gather(1, index), values)
     assert set(K.top_k_rows(x, 10)[1][2].tolist()) == set(range(128, 138))
-
-
-def test_int8_weights_round_each_row_to_its_own_scale_and_compute_in_float32():
-    torch.manual_seed(0)
-    linear = torch.nn.Linear(64, 48)
-    with torch.no_grad():
-        linear.weight[3] *= 100  # one row far larger: its scale is its own, the others keep their precision
-    q = K.Int8WeightLinear(linear)
-    assert q.weight.dtype == torch.int8 and q.weight.abs().amax(dim=1).eq(127).all()
-    dequantized = q.weight.float() * q.scale[:, None]
-    assert ((dequantized - linear.weight).abs() <= q.scale[:, None] / 2 + 1e-7).all()  # at most half a step off
-    assert q.scale[3] > 50 * q.scale[2]
-    x = torch.randn(2, 5, 64)
-    y = q(x)  # its input and scales rounded to bf16 (8 significant bits): within a percent of float32's product
-    assert y.dtype == torch.float32 and y.shape == (2, 5, 48)
-    want = F.linear(x, dequantized, linear.bias)
-    assert ((y - want).abs() <= 0.01 * F.linear(x.abs(), dequantized.abs()) + 1e-5).all()
-
-
-def test_to_int8_weights_quantizes_every_linear_the_tied_output_projection_too():
-    model = make_model().eval()
-    tied = model.output.weight is model.tgt_embed.weight
-    K.to_int8_weights(model)
-    assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
-    assert isinstance(model.output, K.Int8WeightLinear) and tied  # untied first: the embedding stays float32
-    assert model.tgt_embed.weight.dtype == torch.float32
-    with torch.inference_mode():
-        hyps = search.run(model, SRC, SearchSettings(beam=2), SpecialIds(pad=PAD, unk=1, bos=BOS, eos=EOS))
-    assert len(hyps) == SRC.size(0) and all(h for h in hyps)

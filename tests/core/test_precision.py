@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nmt import precision
+from nmt import int8, precision
 from nmt.errors import NmtError
 from nmt.kernels import CPULinear, FastDropout
 from nmt.precision import Precision, choose, cpu_native_bf16, for_inference, prepare
@@ -108,7 +108,7 @@ def test_prepare_for_inference(name):
     assert not model.training
     assert model.tgt_embed.weight.dtype == Precision(name).dtype
     if name == "int8":
-        quantized = torch.ao.nn.quantized.dynamic.Linear
+        quantized = int8.FbgemmInt8Linear if int8.fbgemm_int8() else torch.ao.nn.quantized.dynamic.Linear
         assert isinstance(model.output, quantized) and not any(type(m) is torch.nn.Linear for m in model.modules())
     else:
         assert isinstance(model.output, CPULinear) and model.output.weight is model.tgt_embed.weight

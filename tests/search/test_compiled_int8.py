@@ -1,4 +1,4 @@
-"""`--compile --quantize int8`: a compiled package over int8 weights (nmt.kernels.Int8WeightLinear) computes what the
+"""`--compile --quantize int8`: a compiled package over int8 weights (nmt.int8.Int8WeightLinear) computes what the
 same int8 weights compute eagerly, and the translator compiles them for --quantize int8. One package, a one-layer
 model's encoder (its Linear layers int8 as the step's are; the compiled step itself is test_compiled.py's), in a
 module of its own, so that a second test worker compiles it while the first compiles test_compiled.py's."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nmt import kernels
+from nmt import int8
 from nmt.search import compiled
 from nmt.search.compiled import CompiledDecoder
 from nmt.search.static import cross_keys_values
@@ -19,7 +19,7 @@ from tests.helpers.paths import DEMO_MODEL
 
 @pytest.fixture(scope="module")
 def decoder(tmp_path_factory):
-    model = kernels.to_int8_weights(make_model(encoder_layers=1, decoder_layers=1))
+    model = int8.to_int8_weights(make_model(encoder_layers=1, decoder_layers=1))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(compiled, "AUTOTUNE", False)
         d = CompiledDecoder(model, tmp_path_factory.mktemp("compiled-int8"))
@@ -32,7 +32,7 @@ def decoder(tmp_path_factory):
 
 def test_int8_weights_compiled_compute_what_they_compute_eagerly(decoder):
     model = decoder.model
-    assert isinstance(model.output, kernels.Int8WeightLinear)
+    assert isinstance(model.output, int8.Int8WeightLinear)
     assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
     for src in (SRC, SRC[1:, :3]):  # another batch and source length: the same package
         with torch.inference_mode():
@@ -46,12 +46,12 @@ def test_int8_weights_compiled_compute_what_they_compute_eagerly(decoder):
 
 def test_a_step_over_int8_weights_counts_their_bytes(decoder):
     model = decoder.model
-    int8 = sum(m.weight.numel() for m in [*model.decoder_layers.modules(), model.output]
-               if isinstance(m, kernels.Int8WeightLinear))
-    assert 0 < int8 < compiled.step_bytes(model) < 2 * int8  # int8 weights, float32 scales and biases
+    weights = sum(m.weight.numel() for m in [*model.decoder_layers.modules(), model.output]
+                  if isinstance(m, int8.Int8WeightLinear))
+    assert 0 < weights < compiled.step_bytes(model) < 2 * weights  # int8 weights, float32 scales and biases
 
 
 def test_the_translator_compiles_int8_weights_for_quantize_int8():
     t = Translator.load(DEMO_MODEL, None, ModelOptions(config_given=False, compile=True, quantize="int8"))
-    assert isinstance(t.compiled.model.output, kernels.Int8WeightLinear)
-    assert not isinstance(t.model.output, kernels.Int8WeightLinear)  # batches that run eagerly: dynamic int8
+    assert isinstance(t.compiled.model.output, int8.Int8WeightLinear)
+    assert not isinstance(t.model.output, int8.Int8WeightLinear)  # batches that run eagerly: dynamic int8

@@ -258,16 +258,19 @@ def test_int8_quantizes_the_output_projection_too(demo_run):
     layer are quantized), with a scale per output channel as every quantized Linear; translations stay those
     of the fp32 model on the demo test set but a few."""
     from nmt.config.experiment import DecodeConfig
+    from nmt.int8 import FbgemmInt8Linear
     from nmt.translation.translator import Translator
 
     state = checkpoint.load(demo_run / "averaged.pt")
     int8 = Translator(state, DecodeConfig(beam=1), dtype="fp32", quantize="int8")
-    head = type(int8.model.output)
-    assert head.__name__ == "Linear" and "quantized" in head.__module__
-    quantized = [m for m in int8.model.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
-    weights = [m.weight() for m in quantized]
-    assert len(weights) > 1 and all(w.qscheme() == torch.per_channel_affine for w in weights)
-    assert weights[-1].q_per_channel_scales().numel() == weights[-1].size(0)
+    layers = (FbgemmInt8Linear, torch.ao.nn.quantized.dynamic.Linear)
+    assert isinstance(int8.model.output, layers)
+    quantized = [m for m in int8.model.modules() if isinstance(m, layers)]
+    assert len(quantized) > 1 and not any(type(m) is torch.nn.Linear for m in int8.model.modules())
+    for m in quantized:  # a scale per output channel
+        fbgemm = isinstance(m, FbgemmInt8Linear)
+        scales, weight = (m.scale, m.weight) if fbgemm else (m.weight().q_per_channel_scales(), m.weight())
+        assert scales.numel() == weight.size(0) > 1
     fp32 = Translator(state, DecodeConfig(beam=1), dtype="fp32")
     assert isinstance(fp32.model.output, CPULinear)  # float32, prepacked for oneDNN
     lines = ["three hundred forty-two", "the big red dogs", "May fourth, nineteen ninety-one"] * 3
