@@ -12,24 +12,28 @@ length penalty, batching), and is scored with sacreBLEU (BLEU, chrF). Reported: 
 generated tokens/s (EOS not counted, as bench/translate.py and `nmt distill`'s report count them:
 `nmt.translation.translator.output_tokens`; median over --repeats, the modes interleaved so other load hits all
 alike), the speed-up over fp32, and the score change. bf16 uses oneDNN's bfloat16 kernels (AMX / AVX512-BF16 where
-the CPU has them, much slower emulation where it does not); int8 is PyTorch dynamic quantization of the
-Linear layers (weights int8, activations quantized per batch).
+the CPU has them, much slower emulation where it does not); int8 is `--quantize int8` (nmt.int8.to_int8: weights int8
+with a scale per output channel, activations quantized per call: fbgemm's product with 8-bit activations on a CPU with
+AVX512-VNNI, PyTorch's quantize_dynamic with 7-bit ones elsewhere); int8-dynamic is the latter on any CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
+from unittest import mock
 
 import torch
 from common import OtherLoad, interleaved, median, table
 
-from nmt import checkpoint
+from nmt import checkpoint, int8
 from nmt.score import bleu_tokenizer, language_of_file, score
 from nmt.translation.translator import ModelOptions, Translator, output_tokens
 
-MODES = {"fp32": {"dtype": "fp32"}, "bf16": {"dtype": "bf16"}, "int8": {"dtype": "fp32", "quantize": "int8"}}
+MODES = {"fp32": {"dtype": "fp32"}, "bf16": {"dtype": "bf16"}, "int8": {"dtype": "fp32", "quantize": "int8"},
+         "int8-dynamic": {"dtype": "fp32", "quantize": "int8"}}
 
 
 def main() -> None:
@@ -49,8 +53,7 @@ def main() -> None:
     decode = state.config.decode
     lines = args.src.read_text(encoding="utf-8").splitlines()
     refs = args.ref.read_text(encoding="utf-8").splitlines()
-    translators = {m: Translator.load(state, opts=ModelOptions(device="cpu", config_given=False, **MODES[m]))
-                   for m in modes}
+    translators = {m: translator_for(state, m) for m in modes}
     outputs: dict[str, list] = {}
 
     def runner(mode: str):
@@ -74,6 +77,13 @@ def main() -> None:
           f"median of {args.repeats}, torch {torch.__version__}, other processes' CPU share: {load}; BLEU "
           f"{s['bleu']['signature']}", file=sys.stderr)
     print(table(["mode", "sent/s", "tok/s", "speed-up", "BLEU", "dBLEU", "chrF", "dchrF"], rows))
+
+
+def translator_for(state, mode: str) -> Translator:
+    """The translator of a mode; int8-dynamic: `--quantize int8` as on a CPU without fbgemm's own int8 product."""
+    dynamic = mode == "int8-dynamic"
+    with mock.patch.object(int8, "fbgemm_int8", lambda: False) if dynamic else contextlib.nullcontext():
+        return Translator.load(state, opts=ModelOptions(device="cpu", config_given=False, **MODES[mode]))
 
 
 if __name__ == "__main__":
