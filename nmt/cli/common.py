@@ -38,7 +38,8 @@ DtypeOpt = Annotated[str, typer.Option(
     help="auto | fp32 | bf16 | fp16 (fp16 on CUDA only). auto: on a GPU bf16 where native (Ampere and newer), "
          "else fp16; on a CPU bf16 for models of d_model >= 256 where native (AVX512-BF16 or AMX), else fp32.")]
 QuantizeOpt = Annotated[str | None, typer.Option(
-    help="'int8': dynamic int8 quantization of Linear layers (CPU speed-up).")]
+    help="'int8': every Linear layer in int8 on the CPU (weights with a scale per output channel, activations "
+         "quantized per call), faster; a few lines may translate differently.")]
 CompileOpt = Annotated[bool, typer.Option(
     "--compile", help="CPU, float32 (or --quantize int8): the encoder and each step of greedy and beam search "
                       "compiled (AOTInductor), several times faster at small batches. The first use of each row count "
