@@ -221,7 +221,13 @@ def build(module: nn.Module, inputs: tuple[Tensor, ...], threads: int, path: Pat
 def load(path: Path) -> Any:
     """The package's loader, called flat (`boxed_run`: a list of tensors in, a list out). Not through
     torch._inductor.aoti_load_package: importing torch._inductor takes seconds at every start, and the loaded model's
-    __call__ parses its input and output specification from JSON at every step (about a quarter of a millisecond)."""
+    __call__ parses its input and output specification from JSON at every step (about a quarter of a millisecond).
+    Inductor's AMX micro-kernels need the process to have asked Linux for the AMX registers (which importing
+    torch._inductor, or a oneDNN bf16 or int8 call, does on the way): without it a package autotuned to them dies of
+    SIGILL at its first call, so it is asked here (a no-op on CPUs without AMX)."""
+    init_amx = getattr(torch.cpu, "_init_amx", None)
+    if init_amx is not None:
+        init_amx()
     try:
         return torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
     except (AttributeError, RuntimeError, TypeError):  # another torch's loader: its public way

@@ -55,3 +55,13 @@ def test_the_translator_compiles_int8_weights_for_quantize_int8():
     t = Translator.load(DEMO_MODEL, None, ModelOptions(config_given=False, compile=True, quantize="int8"))
     assert isinstance(t.compiled.model.output, int8.Int8WeightLinear)
     assert not isinstance(t.model.output, int8.Int8WeightLinear)  # batches that run eagerly: dynamic int8
+
+
+def test_loading_a_package_first_asks_linux_for_the_amx_registers(monkeypatch, tmp_path):
+    """A package autotuned to Inductor's AMX micro-kernels (int8 weights on a Sapphire Rapids) died of SIGILL when a
+    later process loaded it before anything had asked for the AMX registers: load asks first."""
+    asked = []
+    monkeypatch.setattr(torch.cpu, "_init_amx", lambda: asked.append(True) or False, raising=False)
+    with pytest.raises(Exception):  # noqa: B017 (no package there: either loader's error)
+        compiled.load(tmp_path / "missing.pt2")
+    assert asked == [True]
