@@ -77,9 +77,10 @@ def int8_activation_levels() -> int:
 class FbgemmInt8Linear(nn.Module):
     """An nn.Linear computed by fbgemm's int8 product, called as the aten operator
     `fbgemm_linear_int8_weight_fp32_activation` (fbgemm_int8()): the weight int8 with a scale per output channel,
-    the input rounded per call to uint8 over its own range, the output and bias float32. quantize_dynamic's
-    quantized::linear_dynamic computes the same product but spends more around it (`python bench/translate.py
-    --dtype int8` times ours against CTranslate2's int8). The operator takes one weight scale, so it computes with
+    the input rounded per call to uint8 over its own range (one scale for all of its rows), the output and bias
+    float32. quantize_dynamic's quantized::linear_dynamic rounds the input to 7 bits and spends more around the
+    product (`python bench/precision.py --modes fp32,int8,int8-dynamic` and `bench/ab.py` over `bench/translate.py
+    --dtype int8` compare them). The operator takes one weight scale, so it computes with
     scale 1 and the bias divided by each row's scale, and the output is multiplied by the scales afterwards. Its
     packed weight is an opaque handle to fbgemm's memory: never copied (a copy packs again)."""
 
