@@ -20,27 +20,29 @@ def to_int8(model: nn.Module) -> nn.Module:
     A Linear subclass (a tied output projection: the embedding matrix) is first replaced by a plain nn.Linear copy,
     as HF's lm_head and CTranslate2's output layer are quantized; with a large vocabulary it is most of a decoding
     step's work."""
+    _untie_linears(model)
     if fbgemm_int8():
-        _untie_linears(model)
         _swap_plain_linears(model, FbgemmInt8Linear)
         return model
     quantization = getattr(torch.ao, "quantization", None)
     quantize_dynamic = getattr(quantization, "quantize_dynamic", None)
     if quantize_dynamic is None:
         raise RuntimeError("int8 quantization needs torch.ao.quantization, which this torch build lacks")
-    _untie_linears(model)
     with warnings.catch_warnings():  # torch marks eager quantization deprecated in favour of torchao
         warnings.simplefilter("ignore")
         return quantize_dynamic(model, {nn.Linear: quantization.per_channel_dynamic_qconfig}, dtype=torch.qint8)
 
 
 INT8_EPS = torch.finfo(torch.float32).eps  # the smallest scale (torch's observers'): an all-zero row stays finite
+INT8_WEIGHT_RANGE = (-128, 127)  # qint8, zero point 0 (per_channel_symmetric)
 
 
 def int8_weight_scales(weight: Tensor) -> Tensor:
     """One scale per output channel (row) of a weight [N, K]: its largest magnitude / 127.5, symmetric int8
-    (-128..127), as torch's PerChannelMinMaxObserver computes it for qint8 (nmt.train.fakequant rounds the same way)."""
-    return (weight.detach().abs().amax(dim=1).float() / 127.5).clamp_min(INT8_EPS)
+    (INT8_WEIGHT_RANGE), as torch's PerChannelMinMaxObserver computes it for qint8 (nmt.train.fakequant rounds the
+    same way)."""
+    low, high = INT8_WEIGHT_RANGE
+    return (weight.detach().abs().amax(dim=1).float() / ((high - low) / 2)).clamp_min(INT8_EPS)
 
 
 @functools.cache
@@ -90,7 +92,8 @@ class FbgemmInt8Linear(nn.Module):
         scale = int8_weight_scales(w)
         bias = torch.zeros(w.size(0)) if linear.bias is None else linear.bias.detach().float()
         # times the inverse, as torch's quantize_per_channel rounds (and fakequant's model of it)
-        self.register_buffer("weight", (w * (1.0 / scale)[:, None]).round().clamp(-128, 127).to(torch.int8))
+        q = (w * (1.0 / scale)[:, None]).round().clamp(*INT8_WEIGHT_RANGE)
+        self.register_buffer("weight", q.to(torch.int8))
         self.register_buffer("scale", scale)
         self.register_buffer("scaled_bias", bias / scale)
         self.register_buffer("column_sums", self.weight.sum(dim=1, dtype=torch.int32))  # fbgemm's col_offsets

@@ -27,12 +27,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from nmt.int8 import int8_activation_levels, int8_weight_scales
+from nmt.int8 import INT8_EPS, INT8_WEIGHT_RANGE, int8_activation_levels, int8_weight_scales
 from nmt.kernels import CPULinear
 from nmt.model import Transformer
-
-WEIGHT_RANGE = (-128, 127)  # qint8, zero point 0 (per_channel_symmetric)
-EPS = torch.finfo(torch.float32).eps  # the observers' smallest scale: an all-zero row or input stays finite
 
 
 def fake_quantize_weight(weight: Tensor) -> Tensor:
@@ -40,7 +37,7 @@ def fake_quantize_weight(weight: Tensor) -> Tensor:
     at most a row's largest positive weight, which rounds to 128)."""
     scales = int8_weight_scales(weight)
     zeros = torch.zeros_like(scales, dtype=torch.int32)
-    return torch.fake_quantize_per_channel_affine(weight, scales, zeros, 0, *WEIGHT_RANGE)
+    return torch.fake_quantize_per_channel_affine(weight, scales, zeros, 0, *INT8_WEIGHT_RANGE)
 
 
 def fake_quantize_activation(x: Tensor) -> Tensor:
@@ -50,7 +47,7 @@ def fake_quantize_activation(x: Tensor) -> Tensor:
     x32 = x.float()  # int8 inference quantizes fp32 activations (and the operator wants them)
     lo = x32.detach().amin().clamp(max=0)
     hi = x32.detach().amax().clamp(min=0)
-    scale = ((hi - lo) / (high - low)).clamp_min(EPS).reshape(1)
+    scale = ((hi - lo) / (high - low)).clamp_min(INT8_EPS).reshape(1)
     zero = (low - lo / scale).round().clamp(low, high).to(torch.int32).reshape(1)
     return torch.fake_quantize_per_tensor_affine(x32, scale, zero, low, high).to(x.dtype)
 
