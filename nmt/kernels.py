@@ -40,12 +40,17 @@ _ONEDNN_LINEAR = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.b
 _ONEDNN_PACK = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None) if _ONEDNN_LINEAR is not None else None
 
 ONEDNN_MIN_MACS = 2**20  # below, oneDNN's fixed cost per call outweighs its faster kernel
+# Inference: a float32 weight of at most this many elements (512 KB: the tiny model's layers, not its output
+# projection nor a base model's) multiplies faster through MKL at every row count on Intel Xeons
+# (`python bench/linear.py`), and no slower on the AMD EPYC measured before (bench/translate.py --mkl-linear, tiny)
+MKL_MAX_WEIGHT = 2**17
 
 
 def fast_linear(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor | None = None) -> Tensor:
     """F.linear, through oneDNN on CPU where that pays, forward and backward. torch's F.linear calls MKL's
     sgemm for float32, which on some CPUs (AMD EPYC) runs at about half oneDNN's speed but costs a few us
-    less per call, so products under ONEDNN_MIN_MACS multiply-adds stay with it. `packed` (`pack_weight` of
+    less per call, so products under ONEDNN_MIN_MACS multiply-adds stay with it, and so do inference products with
+    a weight of at most MKL_MAX_WEIGHT elements. `packed` (`pack_weight` of
     `weight`) is used where no gradient is wanted, in float32 and in a bf16 model's bf16. Under autocast,
     F.linear, which casts. `python bench/train.py` (column ours/ours-mkl) shows what it buys."""
     if (_ONEDNN_LINEAR is None or x.device.type != "cpu" or _cpu_autocast() or x.dtype != weight.dtype
@@ -55,6 +60,8 @@ def fast_linear(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor |
         return F.linear(x, weight, bias)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
         return _OneDNNLinear.apply(x, weight, bias) if x.dtype == torch.float32 else F.linear(x, weight, bias)
+    if x.dtype == torch.float32 and weight.numel() <= MKL_MAX_WEIGHT:
+        return F.linear(x, weight, bias)
     if packed is not None:
         return _ONEDNN_LINEAR(x, packed, bias, "none", [], "")
     if x.dtype == torch.float32:

@@ -47,6 +47,7 @@ def test_packed_weights_give_the_same_results_and_follow_weight_changes(monkeypa
     if K._ONEDNN_PACK is None:
         pytest.skip("this torch build has no oneDNN weight packing")
     monkeypatch.setattr(K, "ONEDNN_MIN_MACS", 0)  # float32 products this small go to MKL
+    monkeypatch.setattr(K, "MKL_MAX_WEIGHT", 0)  # and so do weights this small
     model, packed = make_model(pre_norm=True), make_model(pre_norm=True)
     swap_linears(packed, pack=True)
     layers = [m for m in packed.modules() if isinstance(m, CPULinear)]
@@ -147,12 +148,13 @@ def test_keep_mask_is_uniform_over_its_16_bit_levels():
 
 def test_fast_linear_equals_f_linear_and_falls_back(monkeypatch):
     """Linear layers on CPU in float32 go through oneDNN for products of at least ONEDNN_MIN_MACS multiply-adds,
-    forward and backward: the same numbers as F.linear; F.linear below the size, under autocast, without oneDNN."""
+    forward and backward: the same numbers as F.linear; F.linear below the size, under autocast, without oneDNN,
+    and in inference for a weight of at most MKL_MAX_WEIGHT elements (with gradients, oneDNN)."""
 
     g = torch.Generator().manual_seed(0)
-    w, b = torch.randn(512, 256, generator=g), torch.randn(512, generator=g)
+    w, b = torch.randn(640, 256, generator=g), torch.randn(640, generator=g)
     big, small = torch.randn(3, 8, 256, generator=g), torch.randn(2, 256, generator=g)
-    assert big.numel() * 512 >= K.ONEDNN_MIN_MACS > small.numel() * 512
+    assert big.numel() * 640 >= K.ONEDNN_MIN_MACS > small.numel() * 640 and w.numel() > K.MKL_MAX_WEIGHT
     calls = []
     onednn = K._ONEDNN_LINEAR
     if onednn is not None:
@@ -167,13 +169,21 @@ def test_fast_linear_equals_f_linear_and_falls_back(monkeypatch):
     grads = []
     for linear in (K.fast_linear, F.linear):
         x, w1, b1 = (t.clone().requires_grad_() for t in (big, w, b))
-        (linear(x, w1, b1) * torch.linspace(-1, 1, 512)).sum().backward()
+        (linear(x, w1, b1) * torch.linspace(-1, 1, 640)).sum().backward()
         grads.append((x.grad, w1.grad, b1.grad))
     for got, want in zip(*grads, strict=True):
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
     assert len(calls) == (5 if onednn is not None else 0)  # forward, dx, dW
     with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast: F.linear, which casts
         assert K.fast_linear(big, w, b).dtype == torch.bfloat16
+    # a small weight (the tiny model's layers): MKL in inference, oneDNN's products with gradients
+    small_w, wide = w[:, :128].contiguous(), torch.randn(64, 128, generator=g)
+    assert small_w.numel() <= K.MKL_MAX_WEIGHT and wide.numel() * 640 >= K.ONEDNN_MIN_MACS
+    with torch.no_grad():
+        assert torch.equal(K.fast_linear(wide, small_w, b), F.linear(wide, small_w, b))
+    assert len(calls) == (5 if onednn is not None else 0)
+    K.fast_linear(wide.requires_grad_(), small_w, b).sum().backward()
+    assert len(calls) == (7 if onednn is not None else 0)  # forward and dx (dW not wanted: w has no grad)
     monkeypatch.setattr(K, "_ONEDNN_LINEAR", None)
     with torch.no_grad():
         assert torch.equal(K.fast_linear(big, w, b), F.linear(big, w, b))
@@ -184,6 +194,7 @@ def test_swap_linears_keeps_the_weights_and_the_results(monkeypatch):
     (same state dict, same tensors), the same logits and translations (every product through oneDNN here)."""
 
     monkeypatch.setattr(K, "ONEDNN_MIN_MACS", 0)
+    monkeypatch.setattr(K, "MKL_MAX_WEIGHT", 0)
 
     model, fast = make_model(pre_norm=True), make_model(pre_norm=True)
     before = {k: v.clone() for k, v in fast.state_dict().items()}
