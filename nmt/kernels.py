@@ -3,7 +3,7 @@
 The model asks `written_out_pays` whether to compute attention as equation 1 is written (its
 `scaled_dot_product_attention`) rather than through PyTorch's fused SDPA; everything else is swapped in from outside
 by nmt.precision (`swap_linears`, `swap_dropout`; int8 layers are nmt.int8's), or called by the loss and the search
-(`fast_linear`, `top_k_rows`). Each kernel says why it exists and which bench shows it; the figures themselves live
+(`fast_linear`, `top_k_beams`). Each kernel says why it exists and which bench shows it; the figures themselves live
 with the benches and the README, not here.
 """
 
@@ -221,20 +221,39 @@ def without_dropout(model: nn.Module) -> nn.Module:
 TOPK_GROUP = 64
 
 
-def top_k_rows(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """`x.topk(k, dim=1)` for x [N, V] with k << V, faster on CPU, where torch.topk selects over all V
-    entries of a row: a row's k largest values lie in the k groups (of TOPK_GROUP consecutive entries) with
-    the largest maxima, so one vectorised max per group and a top-k over the group maxima leave
-    k x TOPK_GROUP candidates for the exact top-k (values equal to torch.topk's; among equal values the index
-    may differ). Beam search's per-row choice; `python bench/translate.py` decodes with it."""
-    N, V = x.shape
-    G = V // TOPK_GROUP
-    if x.device.type != "cpu" or G < 4 * k:
-        return x.topk(k, dim=1)
-    head = x[:, : G * TOPK_GROUP].view(N, G, TOPK_GROUP)
-    groups = head.amax(dim=2).topk(k, dim=1).indices  # [N, k]
-    index = (groups[:, :, None] * TOPK_GROUP + torch.arange(TOPK_GROUP, device=x.device)).view(N, k * TOPK_GROUP)
-    if G * TOPK_GROUP < V:  # the tail that fills no group is always a candidate
-        index = torch.cat([index, torch.arange(G * TOPK_GROUP, V, device=x.device).expand(N, -1)], dim=1)
-    values, pick = x.gather(1, index).topk(k, dim=1)
-    return values, index.gather(1, pick)
+def top_k_beams(logprobs: Tensor, scores: Tensor, beams: int, k: int) -> tuple[Tensor, Tensor]:
+    """Each sentence's k best continuations over all its beams: logprobs [N * beams, V] of each row's next token
+    and scores [N * beams] (each row's own so far) -> the k largest `logprobs + scores[:, None]` of each sentence's
+    `beams` rows, values [N, k], and their index [N, k] into the sentence's [beams * V] (row * V + token): the
+    values of `(logprobs + scores[:, None]).view(N, beams * V).topk(k)`; among equal values the index may differ.
+
+    On CPU, where torch.topk costs ~1-2 us per row plus its per-entry work, in three steps: the maximum of each group
+    of TOPK_GROUP consecutive entries of a row (one vectorised pass over the logits), plus the row's score; the k
+    best groups of the sentence (a top-k over beams * V / TOPK_GROUP maxima); the exact top-k over those groups'
+    entries (and each row's tail that fills no group). A sentence's k best lie in its k best groups. Elsewhere,
+    and for a vocabulary too small to group, each row's k best and then the sentence's k best of those (V >= k).
+    Beam search's choice (nmt.search.beam.best_continuations); `python bench/translate.py` decodes with it."""
+    R, V = logprobs.shape
+    N, G = R // beams, V // TOPK_GROUP
+    if logprobs.device.type != "cpu" or G < 4 * k:
+        row_values, row_tokens = logprobs.topk(k, dim=1)  # [R, k]
+        values, pick = (row_values + scores[:, None]).view(N, beams * k).topk(k, dim=1)
+        return values, pick.div(k, rounding_mode="floor") * V + row_tokens.view(N, beams * k).gather(1, pick)
+    T = TOPK_GROUP
+    maxima = logprobs[:, : G * T].view(R, G, T).amax(dim=2) + scores[:, None]  # [R, G]
+    groups = maxima.view(N, beams * G).topk(k, dim=1).indices  # [N, k]: group g of the sentence's row b is b * G + g
+    batch_groups = (groups + torch.arange(0, R * G, beams * G, device=groups.device)[:, None]).flatten()  # row*G + g
+    candidates = logprobs[:, : G * T].reshape(R * G, T).index_select(0, batch_groups).view(N, k, T)
+    candidates = candidates + scores.index_select(0, batch_groups.div(G, rounding_mode="floor")).view(N, k, 1)
+    # where each group starts in the sentence's [beams * V]: b * V + g * T (= the group's index * T without a tail)
+    starts = groups * T if G * T == V else groups.div(G, rounding_mode="floor") * V + groups.remainder(G) * T
+    if G * T == V:
+        values, pick = candidates.view(N, k * T).topk(k, dim=1)
+        return values, starts.gather(1, pick.div(T, rounding_mode="floor")) + pick.remainder(T)
+    # each row's tail that fills no group is always a candidate
+    tail = (logprobs[:, G * T:] + scores[:, None]).view(N, -1)  # [N, beams * W]
+    values, pick = torch.cat([candidates.view(N, k * T), tail], dim=1).topk(k, dim=1)
+    grouped = starts.gather(1, pick.clamp(max=k * T - 1).div(T, rounding_mode="floor")) + pick.remainder(T)
+    W, tailed = V - G * T, (pick - k * T).clamp(min=0)
+    return values, torch.where(pick.lt(k * T), grouped, tailed.div(W, rounding_mode="floor") * V + G * T
+                               + tailed.remainder(W))

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nmt.kernels import top_k_rows
+from nmt.kernels import top_k_beams
 from nmt.search.history import Finished, History
 from nmt.search.scoring import Hypothesis, Move, cannot_improve, length_penalty_divisor
 from nmt.search.settings import SearchSettings
@@ -45,16 +45,13 @@ class Candidates:
 def best_continuations(logprobs: Tensor, scores: Tensor, beams: int, k: int) -> Candidates:
     """The beam rule (fairseq's BeamSearch.step): logprobs [N * beams, V] of each row's next token and
     scores [N * beams] (each row's cumulative log-probability) -> the k best continuations of each of
-    the N sentences. They are among the best k tokens of each of its rows: take those per row, add the
-    row's score, and keep the best k of the beams x k."""
+    the N sentences, over all its beams' rows: the k largest of each row's score plus a token's log-probability."""
     V = logprobs.size(-1)
     if V < k:  # tiny vocabulary: fill up with impossible candidates (of a real token id)
         logprobs = F.pad(logprobs, (0, k - V), value=float("-inf"))
-    row_logprobs, row_tokens = top_k_rows(logprobs, k)
-    row_tokens.clamp_(max=V - 1)
-    N = scores.numel() // beams
-    best, index = (row_logprobs + scores[:, None]).view(N, beams * k).topk(k, dim=1)
-    return Candidates(best, index.div(k, rounding_mode="floor"), row_tokens.view(N, beams * k).gather(1, index))
+    best, index = top_k_beams(logprobs, scores, beams, k)  # index into the sentence's [beams * V']
+    width = logprobs.size(-1)
+    return Candidates(best, index.div(width, rounding_mode="floor"), index.remainder(width).clamp_(max=V - 1))
 
 
 class Chosen(NamedTuple):

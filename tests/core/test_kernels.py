@@ -213,22 +213,28 @@ def test_swap_linears_keeps_the_weights_and_the_results(monkeypatch):
 
 
 @pytest.mark.parametrize("vocab", [8000, 8000 + 37, 300])
-def test_top_k_rows_equals_torch_topk(vocab):
-    """The grouped top-k (a max per group of 64, then an exact top-k over the best groups' entries) gives
-    torch.topk's values and indices: rows with -inf entries, the k best in one group, a tail that fills
-    no group (8,037), and a vocabulary too small to group (300, torch.topk itself)."""
+@pytest.mark.parametrize("beams", [1, 4])
+def test_top_k_beams_equals_torch_topk(vocab, beams):
+    """The grouped top-k (a max per group of 64 plus the row's score, the sentence's best groups, then an exact
+    top-k over their entries) gives the flat torch.topk's values and indices over each sentence's beams: rows with
+    -inf entries, a row at its length limit (one finite entry), a dead row (score -inf), the k best in one group,
+    the best in a row's tail that fills no group (8,037), and a vocabulary too small to group (300)."""
     torch.manual_seed(0)
-    x = torch.randn(50, vocab).log_softmax(dim=-1)
+    x = torch.randn(12 * beams, vocab).log_softmax(dim=-1)
+    scores = -torch.rand(12 * beams) * 3
     x[:, [0, 2]] = float("-inf")
     x[1, :] = float("-inf")
     x[1, 3] = 0.0  # a row at its length limit: one finite entry
     x[2, 128:138] = torch.arange(10.0, 20.0)  # all ten best in one group
     x[3, -5:] = torch.arange(5.0, 10.0)  # the best in the tail
-    for k in (1, 2, 10):
-        values, index = K.top_k_rows(x, k)
-        expected = x.topk(k, dim=1)
+    scores[5] = float("-inf")  # a row of a sentence whose search has ended
+    flat = (x + scores[:, None]).view(12, beams * vocab)
+    for k in (1, 2, 8, 10):
+        values, index = K.top_k_beams(x, scores, beams, k)
+        expected = flat.topk(k, dim=1)
         assert torch.equal(values, expected.values)
         finite = values.isfinite()  # among -inf ties the index is free
         assert torch.equal(index[finite], expected.indices[finite])
-        assert torch.equal(x.gather(1, index), values)
-    assert set(K.top_k_rows(x, 10)[1][2].tolist()) == set(range(128, 138))
+        assert torch.equal(flat.gather(1, index), values)
+    if beams == 1:
+        assert set(K.top_k_beams(x, scores, 1, 10)[1][2].tolist()) == set(range(128, 138))
