@@ -49,10 +49,10 @@ MKL_MAX_WEIGHT = 2**17
 def fast_linear(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor | None = None) -> Tensor:
     """F.linear, through oneDNN on CPU where that pays, forward and backward. torch's F.linear calls MKL's
     sgemm for float32, which on some CPUs (AMD EPYC) runs at about half oneDNN's speed but costs a few us
-    less per call, so products under ONEDNN_MIN_MACS multiply-adds stay with it, and so do inference products with
-    a weight of at most MKL_MAX_WEIGHT elements. `packed` (`pack_weight` of
-    `weight`) is used where no gradient is wanted, in float32 and in a bf16 model's bf16. Under autocast,
-    F.linear, which casts. `python bench/train.py` (column ours/ours-mkl) shows what it buys."""
+    less per call, so products under ONEDNN_MIN_MACS multiply-adds stay with it, and so do inference products
+    with a weight of at most MKL_MAX_WEIGHT elements. `packed` (`pack_weight` of `weight`) is used where no
+    gradient is wanted, in float32 and in a bf16 model's bf16. Under autocast, F.linear, which casts.
+    `python bench/train.py` (column ours/ours-mkl) and `python bench/linear.py` show what it buys."""
     if (_ONEDNN_LINEAR is None or x.device.type != "cpu" or _cpu_autocast() or x.dtype != weight.dtype
             or x.dtype not in (torch.float32, torch.bfloat16)):
         return F.linear(x, weight, bias)
