@@ -245,15 +245,22 @@ def top_k_beams(logprobs: Tensor, scores: Tensor, beams: int, k: int) -> tuple[T
     batch_groups = (groups + torch.arange(0, R * G, beams * G, device=groups.device)[:, None]).flatten()  # row*G + g
     candidates = logprobs[:, : G * T].reshape(R * G, T).index_select(0, batch_groups).view(N, k, T)
     candidates = candidates + scores.index_select(0, batch_groups.div(G, rounding_mode="floor")).view(N, k, 1)
-    # where each group starts in the sentence's [beams * V]: b * V + g * T (= the group's index * T without a tail)
-    starts = groups * T if G * T == V else groups.div(G, rounding_mode="floor") * V + groups.remainder(G) * T
-    if G * T == V:
+    if G * T == V:  # group b * G + g starts at entry (b * G + g) * T of the sentence's [beams * V]
         values, pick = candidates.view(N, k * T).topk(k, dim=1)
-        return values, starts.gather(1, pick.div(T, rounding_mode="floor")) + pick.remainder(T)
-    # each row's tail that fills no group is always a candidate
-    tail = (logprobs[:, G * T:] + scores[:, None]).view(N, -1)  # [N, beams * W]
-    values, pick = torch.cat([candidates.view(N, k * T), tail], dim=1).topk(k, dim=1)
+        return values, groups.gather(1, pick.div(T, rounding_mode="floor")) * T + pick.remainder(T)
+    return _with_tails(logprobs, scores, candidates.view(N, k * T), groups, beams, k)
+
+
+def _with_tails(logprobs: Tensor, scores: Tensor, candidates: Tensor, groups: Tensor, beams: int,
+                k: int) -> tuple[Tensor, Tensor]:
+    """top_k_beams where V is no multiple of TOPK_GROUP: each row's tail that fills no group (W entries) is always
+    a candidate too. candidates [N, k * TOPK_GROUP] the best groups' entries plus their row's score, groups [N, k]."""
+    (R, V), T = logprobs.shape, TOPK_GROUP
+    N, G, W = R // beams, V // T, V % T
+    tail = (logprobs[:, G * T:] + scores[:, None]).view(N, beams * W)
+    values, pick = torch.cat([candidates, tail], dim=1).topk(k, dim=1)
+    starts = groups.div(G, rounding_mode="floor") * V + groups.remainder(G) * T  # [N, k] into [beams * V]
     grouped = starts.gather(1, pick.clamp(max=k * T - 1).div(T, rounding_mode="floor")) + pick.remainder(T)
-    W, tailed = V - G * T, (pick - k * T).clamp(min=0)
+    tailed = (pick - k * T).clamp(min=0)  # [N, k] position among the tails: row * W + entry
     return values, torch.where(pick.lt(k * T), grouped, tailed.div(W, rounding_mode="floor") * V + G * T
                                + tailed.remainder(W))

@@ -8,10 +8,16 @@ import math
 import pytest
 import torch
 
+from nmt import kernels, search
+from nmt.model import Transformer
+from nmt.search import SearchSettings
 from nmt.search.scoring import Hypothesis, length_normalized, max_lengths
+from nmt.search.static import StaticDecoder
+from tests.helpers.hypotheses import assert_same
 from tests.helpers.tables import (
     BOS,
     EOS,
+    IDS,
     PAD,
     TableModel,
     V,
@@ -186,3 +192,23 @@ def test_beam_wider_than_half_the_vocabulary(copy_model):
     for hyps, seq in zip(wide, seqs[:6], strict=True):
         assert hyps[0].tokens == seq
         assert all(0 <= tok < V for h in hyps for tok in h.tokens)
+
+
+@pytest.mark.parametrize("vocab", [3008, 3005])  # 47 groups of 64; 3005: the last 61 entries fill none
+@pytest.mark.parametrize("static", [False, True])
+def test_the_grouped_top_k_finds_the_hypotheses_of_a_plain_top_k(vocab, static, monkeypatch):
+    """Beam search over a vocabulary large enough for nmt.kernels.top_k_beams' groups (the test models' 1,000 tokens
+    take its plain top-k) finds the hypotheses and scores of the plain top-k, n-best included; with static shapes
+    too, where every beam but the first starts at -inf."""
+    torch.manual_seed(2)
+    model = Transformer(vocab, vocab, d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=2,
+                        pad_id=PAD, joint_vocab=True).eval()
+    model = StaticDecoder(model) if static else model
+    src, settings = random_inputs(5), SearchSettings(beam=4, nbest=4, max_len_b=6)
+    assert vocab // kernels.TOPK_GROUP >= 4 * 2 * settings.beam  # the grouped path
+    with torch.inference_mode():
+        grouped = search.run(model, src, settings, IDS)
+        monkeypatch.setattr(kernels, "TOPK_GROUP", vocab + 1)  # no group: each row's top-k, then the sentence's
+        plain = search.run(model, src, settings, IDS)
+    assert_same(grouped, plain)
+    assert all(len(hyps) == 4 for hyps in grouped)
