@@ -240,11 +240,11 @@ def top_k_beams(logprobs: Tensor, scores: Tensor, beams: int, k: int) -> tuple[T
         values, pick = (row_values + scores[:, None]).view(N, beams * k).topk(k, dim=1)
         return values, pick.div(k, rounding_mode="floor") * V + row_tokens.view(N, beams * k).gather(1, pick)
     T = TOPK_GROUP
-    maxima = logprobs[:, : G * T].view(R, G, T).amax(dim=2) + scores[:, None]  # [R, G]
+    head = logprobs[:, : G * T].view(R, G, T)  # a view, a row's tail left out: never a copy of the logits
+    maxima = head.amax(dim=2) + scores[:, None]  # [R, G]
     groups = maxima.view(N, beams * G).topk(k, dim=1).indices  # [N, k]: group g of the sentence's row b is b * G + g
-    batch_groups = (groups + torch.arange(0, R * G, beams * G, device=groups.device)[:, None]).flatten()  # row*G + g
-    candidates = logprobs[:, : G * T].reshape(R * G, T).index_select(0, batch_groups).view(N, k, T)
-    candidates = candidates + scores.index_select(0, batch_groups.div(G, rounding_mode="floor")).view(N, k, 1)
+    rows = groups.div(G, rounding_mode="floor") + torch.arange(0, R, beams, device=groups.device)[:, None]  # [N, k]
+    candidates = head[rows, groups.remainder(G)] + scores[rows][:, :, None]  # [N, k, T]
     if G * T == V:  # group b * G + g starts at entry (b * G + g) * T of the sentence's [beams * V]
         values, pick = candidates.view(N, k * T).topk(k, dim=1)
         return values, groups.gather(1, pick.div(T, rounding_mode="floor")) * T + pick.remainder(T)
