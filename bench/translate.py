@@ -44,8 +44,8 @@ bf16 matrix multiplies are several times faster than fp32); CTranslate2 has no b
 `nmt.precision.prepare`, as `nmt translate --quantize int8`, which quantizes a copy of the tied output
 projection too; HF's lm_head is an nn.Linear, quantized with the same `nmt.int8.to_int8`), and runs
 CTranslate2 with compute_type int8. With --compile, ours compiled runs nmt translate --compile --quantize int8's int8
-weights (nmt.int8.Int8WeightLinear: int8 weights with a scale per output channel, their products taking bf16
-input), its eager column dynamic int8 as above.
+layers (nmt.int8.to_int8_weights: with VNNI the same fbgemm product as the eager column, called from the package;
+without, int8 weights whose products take bf16 input), its eager column dynamic int8 as above.
 
 --floor records the matrix multiplies of one call of ours (shapes, strides, dtype) and times them alone,
 replayed on random tensors: "gemm share" is that floor / our time, and "ceiling vs hf" is HF's time / the
@@ -313,7 +313,7 @@ def main() -> None:
                         "machine leaves of each contestant's speed")
     p.add_argument("--compile", action="store_true",
                    help="fp32 or int8 on CPU: ours through its compiled decoder step where nmt translate --compile "
-                        "uses it (int8: --compile --quantize int8's int8 weights, nmt.int8.Int8WeightLinear) "
+                        "uses it (int8: --compile --quantize int8's layers, nmt.int8.to_int8_weights) "
                         "(up to nmt.search.compiled.MAX_ROWS rows), with ours as without it beside (eager); packages "
                         "compiled on first use into --compile-dir")
     p.add_argument("--compile-dir", default=str(Path.home() / ".cache" / "nmt" / "bench-compiled"),

@@ -5,8 +5,11 @@ int8`, nmt.search.compiled); nmt.train.fakequant rounds as these do, for int8-aw
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -98,6 +101,7 @@ class FbgemmInt8Linear(nn.Module):
         self.register_buffer("scaled_bias", bias / scale)
         self.register_buffer("column_sums", self.weight.sum(dim=1, dtype=torch.int32))  # fbgemm's col_offsets
         self.packed = self._pack()
+        self.slot = -1  # its place among the model's (fbgemm_layers): that of its packed weight in a program's inputs
 
     def _pack(self) -> Tensor:
         with warnings.catch_warnings():  # torch marks these operators deprecated; the first call would say so
@@ -108,6 +112,10 @@ class FbgemmInt8Linear(nn.Module):
         return packed
 
     def forward(self, x: Tensor) -> Tensor:
+        handles = _EXPORTED_HANDLES.get()
+        if handles is not None:  # being exported: the packed weight is an input of the program (packed_as_inputs)
+            return torch.ops.nmt.fbgemm_int8_linear(x.float(), self.weight, handles[self.slot], self.column_sums,
+                                                    self.scaled_bias, self.scale)
         y = torch.fbgemm_linear_int8_weight_fp32_activation(x.float(), self.weight, self.packed, self.column_sums,
                                                             1.0, 0, self.scaled_bias)
         return y.mul_(self.scale)
@@ -122,13 +130,61 @@ class FbgemmInt8Linear(nn.Module):
         self.packed = self._pack()
 
 
+def _fbgemm_int8_linear(x: Tensor, weight: Tensor, packed: Tensor, column_sums: Tensor, scaled_bias: Tensor,
+                        scale: Tensor) -> Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y = torch.fbgemm_linear_int8_weight_fp32_activation(x, weight, packed, column_sums, 1.0, 0, scaled_bias)
+    return y.mul_(scale)
+
+
+# FbgemmInt8Linear's product as an operator, nmt::fbgemm_int8_linear, which torch.export captures (fbgemm's own has
+# no shape function) and an AOTInductor package calls back (nmt.search.compiled: `--compile --quantize int8`), the
+# packed weight one of the package's inputs: a handle to this process's memory, which its constants cannot hold.
+# Defined with torch.library.Library rather than torch.library.custom_op, whose Python wrapping costs more a call
+# (a base model's step makes 38).
+_LIBRARY = torch.library.Library("nmt", "FRAGMENT")
+_LIBRARY.define("fbgemm_int8_linear(Tensor x, Tensor weight, Tensor packed, Tensor column_sums, Tensor scaled_bias, "
+                "Tensor scale) -> Tensor")
+_LIBRARY.impl("fbgemm_int8_linear", _fbgemm_int8_linear, "CPU")
+
+
+@torch.library.register_fake("nmt::fbgemm_int8_linear", lib=_LIBRARY)
+def _(x: Tensor, weight: Tensor, packed: Tensor, column_sums: Tensor, scaled_bias: Tensor, scale: Tensor) -> Tensor:
+    return x.new_empty(*x.shape[:-1], weight.size(0))
+
+
+# while a program is exported (packed_as_inputs): the packed weights that are its inputs, by FbgemmInt8Linear.slot
+_EXPORTED_HANDLES: ContextVar[Sequence[Tensor] | None] = ContextVar("nmt_int8_handles", default=None)
+
+
+def fbgemm_layers(model: nn.Module) -> list[FbgemmInt8Linear]:
+    """The model's FbgemmInt8Linear layers, each told its place in this list (slot): that of its packed weight in
+    the inputs of a program exported from the model (torch.export works on copies of the layers, which keep it)."""
+    layers = [m for m in model.modules() if isinstance(m, FbgemmInt8Linear)]
+    for slot, layer in enumerate(layers):
+        layer.slot = slot
+    return layers
+
+
+@contextlib.contextmanager
+def packed_as_inputs(handles: Sequence[Tensor]) -> Iterator[None]:
+    """Within: the FbgemmInt8Linear layers compute through nmt::fbgemm_int8_linear, `handles` (a traced program's
+    inputs, in the order of fbgemm_layers) their packed weights, for torch.export to capture."""
+    token = _EXPORTED_HANDLES.set(handles)
+    try:
+        yield
+    finally:
+        _EXPORTED_HANDLES.reset(token)
+
+
 class Int8WeightLinear(nn.Module):
     """An nn.Linear with its weight stored in int8, one scale per output channel (as to_int8 and CTranslate2
     quantize weights): y = x (scale * W_int8)^T + b by aten._weight_int8pack_mm, its input rounded to bf16 (the
     operator's fast CPU kernel takes bf16; float32 input runs a scalar loop ~15x slower), the output and bias float32.
     A decoding step at a few rows reads its weights from memory, and int8 reads a quarter of float32's bytes;
-    unlike to_int8's quantized layers it is a plain aten operator, which torch.export captures and Inductor compiles
-    (nmt.search.compiled, `--compile --quantize int8`)."""
+    a plain aten operator, which torch.export captures and Inductor compiles: `--compile --quantize int8`'s layer
+    where fbgemm_int8() does not hold (to_int8_weights)."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
@@ -147,9 +203,10 @@ class Int8WeightLinear(nn.Module):
 
 def to_int8_weights(model: nn.Module) -> nn.Module:
     """`model` (float32) with every nn.Linear, a tied output projection included (untied first, as in to_int8),
-    replaced in place by an Int8WeightLinear."""
+    replaced in place by int8 layers that a compiled search exports: FbgemmInt8Linear where fbgemm_int8() holds (the
+    product eager `--quantize int8` computes, exported as nmt::fbgemm_int8_linear), else Int8WeightLinear."""
     _untie_linears(model)
-    _swap_plain_linears(model, Int8WeightLinear)
+    _swap_plain_linears(model, FbgemmInt8Linear if fbgemm_int8() else Int8WeightLinear)
     return model
 
 

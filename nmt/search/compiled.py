@@ -18,8 +18,10 @@ of a package's key too.
 
 A package is named by what it was built from (the weights, the model's and this module's code, torch, the CPU's
 instruction set, rows, threads): a changed checkpoint or a new torch builds a new one, which removes the one it
-replaces from the checkpoint's directory (prune). Float32 on a CPU only, its
-Linear layers plain or with int8 weights (nmt.int8.Int8WeightLinear: `--compile --quantize int8`)."""
+replaces from the checkpoint's directory (prune). Float32 on a CPU only, its Linear layers plain or with int8
+weights (`--compile --quantize int8`, nmt.int8.to_int8_weights): fbgemm's product where the CPU has VNNI, the one
+eager `--quantize int8` computes, which the package calls back (its packed weights are the package's inputs), else
+aten's int8-weight product, which Inductor compiles."""
 
 from __future__ import annotations
 
@@ -36,11 +38,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from nmt.int8 import Int8WeightLinear
+from nmt.int8 import FbgemmInt8Linear, Int8WeightLinear, fbgemm_layers, packed_as_inputs
 from nmt.search.beam import Beam, Chosen, beam_rule
 from nmt.search.scoring import Move, length_penalty_divisor, step_log_probs
 from nmt.search.settings import SearchSettings
-from nmt.search.static import StaticCache, StaticDecoder, cross_keys_values, static_step
+from nmt.search.static import StaticCache, StaticDecoder, cross_keys_values, decoder_step, static_step, written
 
 # Inductor's GEMM autotuning: its C++ micro-kernels where they beat ATen's, what makes the step fast; the environment's
 # NMT_COMPILE_AUTOTUNE=0 compiles in about half the time a package that runs slower
@@ -74,54 +76,61 @@ def threads_for(rows: int, threads: int, weight_bytes: int) -> int:
 
 def step_bytes(model: nn.Module) -> int:
     """The bytes of weights a decoder step reads: its layers' and the output projection's (parameters, or buffers
-    where they are int8: nmt.int8.Int8WeightLinear)."""
+    where they are int8: nmt.int8's layers)."""
     weights = [t for m in (model.decoder_layers, model.output) for t in (*m.parameters(), *m.buffers())]
     return sum(w.numel() * w.element_size() for w in {id(w): w for w in weights}.values())
 
 
-class _Step(nn.Module):
-    """static_step as a module: what torch.export captures, the model's weights its constants."""
+class _Program(nn.Module):
+    """What torch.export captures of `model`: its weights the program's constants, except the packed weights of its
+    int8 layers (nmt.int8.FbgemmInt8Linear), handles to this process's memory, which are the program's last inputs
+    (`*packed`, in the order of nmt.int8.fbgemm_layers)."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
-
-    def forward(self, tokens: Tensor, pos: Tensor, self_kv: Tensor, cross_kv: Tensor, memory_mask: Tensor) -> Tensor:
-        return static_step(self.model, tokens, pos, self_kv, cross_kv, memory_mask)[0]
+        self.int8_layers = fbgemm_layers(model)
 
 
-class _BeamStep(nn.Module):
-    """One whole step of beam search, K beams per sentence: the decoder's step (static_step), the next-token
+class _Step(_Program):
+    """static_step as a module."""
+
+    def forward(self, tokens: Tensor, pos: Tensor, self_kv: Tensor, cross_kv: Tensor, memory_mask: Tensor,
+                *packed: Tensor) -> Tensor:
+        with packed_as_inputs(packed):
+            return static_step(self.model, tokens, pos, self_kv, cross_kv, memory_mask)[0]
+
+
+class _BeamStep(_Program):
+    """One whole step of beam search, K beams per sentence: the decoder's step (decoder_step), the next-token
     log-probabilities (step_log_probs), the beam rule (beam_rule) and the cache's reorder, with nothing in between on
-    the host. Returns beam_rule's Chosen as a tuple; writes this step's keys/values into self_kv and all of them,
-    reordered for the next step, into spare_kv."""
+    the host. Returns beam_rule's Chosen as a tuple; writes every position's keys/values, this step's included,
+    reordered for the next step, into spare_kv (self_kv is only read)."""
 
     def __init__(self, model: nn.Module, K: int, bos: int, eos: int, pad: int):
-        super().__init__()
-        self.model, self.K, self.bos, self.eos, self.pad = model, K, bos, eos, pad
+        super().__init__(model)
+        self.K, self.bos, self.eos, self.pad = K, bos, eos, pad
 
     def forward(self, tokens: Tensor, pos: Tensor, self_kv: Tensor, cross_kv: Tensor, memory_mask: Tensor,
                 spare_kv: Tensor, scores: Tensor, best: Tensor, limit: Tensor, row_limit: Tensor, t: Tensor,
-                divisor: Tensor, min_len: Tensor) -> tuple[Tensor, ...]:
-        logits = static_step(self.model, tokens, pos, self_kv, cross_kv, memory_mask)[0]
+                divisor: Tensor, min_len: Tensor, *packed: Tensor) -> tuple[Tensor, ...]:
+        with packed_as_inputs(packed):
+            logits, _, new = decoder_step(self.model, tokens, pos, self_kv, cross_kv, memory_mask)
         logprobs = step_log_probs(logits, row_limit.le(t), self.bos, self.eos, self.pad, too_short=t < min_len)
         chosen = beam_rule(logprobs, scores, best, limit, t, divisor, self.K, self.K, self.eos)[0]
-        # reordered into the other buffer: in place, a gather of rows would need a temporary copy of them anyway
-        spare_kv.copy_(self_kv.index_select(2, chosen.parent_rows))
+        # the step's keys/values and the reorder in one pass, into the other buffer (self_kv is only read)
+        spare_kv.copy_(written(self_kv, new, pos).index_select(2, chosen.parent_rows))
         return tuple(chosen)
 
 
-class _Encode(nn.Module):
+class _Encode(_Program):
     """The encoder and every decoder layer's cross-attention keys/values of its output, for any batch and source
     length: src [B, S] -> cross_kv [L, 2, B, H, S, Dh], src_pad_mask [B, S] (True: padding)."""
 
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        memory, src_pad_mask = self.model.encode(src)
-        return cross_keys_values(self.model, memory), src_pad_mask
+    def forward(self, src: Tensor, *packed: Tensor) -> tuple[Tensor, Tensor]:
+        with packed_as_inputs(packed):
+            memory, src_pad_mask = self.model.encode(src)
+            return cross_keys_values(self.model, memory), src_pad_mask
 
 
 def package_dir(checkpoint: Path | None) -> Path:
@@ -193,11 +202,13 @@ def free_dims(module: nn.Module, inputs: tuple[Tensor, ...]) -> tuple[dict[int, 
     return (None, None, {4: T}, {4: S}, {3: S}, *([{4: T}] if len(inputs) > 5 else []), *[None] * (len(inputs) - 6))
 
 
-def build(module: nn.Module, inputs: tuple[Tensor, ...], threads: int, path: Path) -> None:
-    """Compile `module` (a _Step, _BeamStep or _Encode) for these inputs' shapes, the free_dims left free, on
-    `threads` threads, into the package `path` (written whole, then renamed: a killed compile leaves no half
-    package)."""
-    shapes = free_dims(module, inputs)
+def build(module: _Program, inputs: tuple[Tensor, ...], threads: int, path: Path) -> None:
+    """Compile `module` (a _Step, _BeamStep or _Encode) for these inputs' shapes, the free_dims left free, and the
+    packed weights of its int8 layers, on `threads` threads, into the package `path` (written whole, then renamed: a
+    killed compile leaves no half package)."""
+    packed = tuple(layer.packed for layer in module.int8_layers)
+    shapes = (*free_dims(module, inputs), *[(None,) * len(packed)] * bool(packed))  # *packed: one argument
+    inputs = (*inputs, *packed)
     wanted = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -268,7 +279,9 @@ class CompiledDecoder(StaticDecoder):
         self.runners: dict[tuple[str, int, int], Callable[..., Any]] = {}
         self.step_bytes = step_bytes(model)
         # in a package's name: the float32 and the int8 weights of one checkpoint are packages apart (prune)
-        self.weights = "int8" if any(isinstance(m, Int8WeightLinear) for m in model.modules()) else "fp32"
+        int8 = (FbgemmInt8Linear, Int8WeightLinear)
+        self.weights = "int8" if any(isinstance(m, int8) for m in model.modules()) else "fp32"
+        self.packed = [layer.packed for layer in fbgemm_layers(model)]  # every package's last inputs (_Program)
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src [B, S] -> every decoder layer's cross-attention keys/values [L, 2, B, H, S, Dh] in the place of the
@@ -307,8 +320,8 @@ class CompiledDecoder(StaticDecoder):
                 self.announce(f"compiling the {what} on {threads} thread(s), once: {path}")
                 build(self._module(kind, K, special), self._inputs(kind, rows, K), threads, path)
                 prune(self.directory, prefix, path)
-            boxed_run = load(path).boxed_run
-            self.runners[kind, rows, threads] = lambda *tensors: boxed_run(list(tensors))
+            boxed_run, packed = load(path).boxed_run, self.packed
+            self.runners[kind, rows, threads] = lambda *tensors: boxed_run([*tensors, *packed])
         return self.runners[kind, rows, threads]
 
     def _module(self, kind: str, K: int | None, special: Any) -> nn.Module:

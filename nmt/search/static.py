@@ -44,31 +44,52 @@ class StaticCache:
 
 
 class _Layer:
-    """What DecoderLayer reads at a step (nmt.cache.LayerCache's interface) over a StaticCache's tensors."""
+    """What DecoderLayer reads at a step (nmt.cache.LayerCache's interface) over a StaticCache's tensors, which it
+    leaves as they are: the step's keys/values are kept in `new` for the caller to write."""
 
-    def __init__(self, self_kv: Tensor, memory_kv: Tensor, pos: Tensor, self_mask: Tensor):
-        self.kv, self.memory_kv, self.pos, self.self_mask = self_kv, memory_kv, pos, self_mask
+    def __init__(self, self_kv: Tensor, memory_kv: Tensor, at_pos: Tensor, self_mask: Tensor):
+        self.kv, self.memory_kv, self.at_pos, self.self_mask = self_kv, memory_kv, at_pos, self_mask
+        self.new: tuple[Tensor, Tensor] | None = None
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """k, v [N, H, 1, Dh] written at position pos; all T positions' returned, [N, H, T, Dh] each."""
-        self.kv[0].index_copy_(2, self.pos[None], k)
-        self.kv[1].index_copy_(2, self.pos[None], v)
-        return self.kv[0], self.kv[1]
+        """k, v [N, H, 1, Dh] at position pos: all T positions' returned, [N, H, T, Dh] each, the cache's with these
+        at pos. Not written in place: a compiled program that writes into a slice of its input copies all of it
+        (every layer's cache, at every layer)."""
+        self.new = k, v
+        return torch.where(self.at_pos, k, self.kv[0]), torch.where(self.at_pos, v, self.kv[1])
+
+
+def decoder_step(model: nn.Module, tokens: Tensor, pos: Tensor, self_kv: Tensor, cross_kv: Tensor,
+                 memory_mask: Tensor, need_attention: bool = False) -> tuple[Tensor, Tensor | None, Tensor]:
+    """tokens [N] at position pos -> logits [N, V], if asked the cross-attention [L, N, H, S], and this position's
+    keys/values [L, 2, N, H, 1, Dh], which the caller writes (self_kv is only read). Every shape is fixed by the
+    arguments' (pos is a tensor)."""
+    x = model.tgt_embed(tokens)[:, None] * model.embed_scale + model.positions.index_select(0, pos[None])  # [N, 1, D]
+    positions = torch.arange(self_kv.size(4), device=pos.device)
+    self_mask = (positions <= pos)[None, None, None, :]  # [1, 1, 1, T]
+    at_pos = (positions == pos)[:, None]  # [T, 1]
+    weights, new = [], []
+    for i, layer in enumerate(model.decoder_layers):
+        view = _Layer(self_kv[i], cross_kv[i], at_pos, self_mask)
+        x, w = layer(x, None, memory_mask, cache=view, need_weights=need_attention)  # w [N, H, 1, S]
+        weights.append(w)
+        new.append(torch.stack(view.new))
+    logits = model.output(model.decoder_norm(x[:, 0]))  # [N, V]
+    return logits, torch.stack(weights)[:, :, :, 0] if need_attention else None, torch.stack(new)
 
 
 def static_step(model: nn.Module, tokens: Tensor, pos: Tensor, self_kv: Tensor, cross_kv: Tensor,
                 memory_mask: Tensor, need_attention: bool = False) -> tuple[Tensor, Tensor | None]:
-    """tokens [N] at position pos -> logits [N, V] and, if asked, the cross-attention [L, N, H, S]; writes this
-    position's keys/values into self_kv in place. Every shape is fixed by the arguments' (pos is a tensor)."""
-    x = model.tgt_embed(tokens)[:, None] * model.embed_scale + model.positions.index_select(0, pos[None])  # [N, 1, D]
-    self_mask = (torch.arange(self_kv.size(4), device=pos.device) <= pos)[None, None, None, :]  # [1, 1, 1, T]
-    weights = []
-    for i, layer in enumerate(model.decoder_layers):
-        view = _Layer(self_kv[i], cross_kv[i], pos, self_mask)
-        x, w = layer(x, None, memory_mask, cache=view, need_weights=need_attention)  # w [N, H, 1, S]
-        weights.append(w)
-    logits = model.output(model.decoder_norm(x[:, 0]))  # [N, V]
-    return logits, torch.stack(weights)[:, :, :, 0] if need_attention else None
+    """decoder_step, its keys/values written into self_kv at pos in place."""
+    logits, attention, new = decoder_step(model, tokens, pos, self_kv, cross_kv, memory_mask, need_attention)
+    self_kv.index_copy_(4, pos[None], new)
+    return logits, attention
+
+
+def written(self_kv: Tensor, new: Tensor, pos: Tensor) -> Tensor:
+    """self_kv [L, 2, N, H, T, Dh] with new [L, 2, N, H, 1, Dh] at position pos, as a new tensor (a compiled beam step
+    reads it through its reorder, which copies every position anyway)."""
+    return torch.where((torch.arange(self_kv.size(4), device=pos.device) == pos)[:, None], new, self_kv)
 
 
 def cross_keys_values(model: nn.Module, memory: Tensor) -> Tensor:

@@ -42,12 +42,18 @@ def test_int8_weights_round_each_row_to_its_own_scale_and_compute_in_float32():
     assert ((y - want).abs() <= 0.01 * F.linear(x.abs(), dequantized.abs()) + 1e-5).all()
 
 
-def test_to_int8_weights_quantizes_every_linear_the_tied_output_projection_too():
+@pytest.mark.parametrize("vnni", [True, False])
+def test_to_int8_weights_quantizes_every_linear_the_tied_output_projection_too(monkeypatch, vnni):
+    """fbgemm's layer where its product is exact (the one eager --quantize int8 computes), else Int8WeightLinear."""
+    if vnni and not int8.fbgemm_int8():
+        pytest.skip("fbgemm's int8 product is taken with AVX512-VNNI only")
+    monkeypatch.setattr(int8, "fbgemm_int8", lambda: vnni)
     model = make_model().eval()
     tied = model.output.weight is model.tgt_embed.weight
     int8.to_int8_weights(model)
     assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
-    assert isinstance(model.output, int8.Int8WeightLinear) and tied  # untied first: the embedding stays float32
+    layer = int8.FbgemmInt8Linear if vnni else int8.Int8WeightLinear
+    assert type(model.output) is layer and tied  # untied first: the embedding stays float32
     assert model.tgt_embed.weight.dtype == torch.float32
     with torch.inference_mode():
         hyps = search.run(model, SRC, SearchSettings(beam=2), SpecialIds(pad=PAD, unk=1, bos=BOS, eos=EOS))
@@ -108,3 +114,35 @@ def test_without_vnni_to_int8_keeps_torchs_7_bit_dynamic_quantization(monkeypatc
         assert type(model.output).__module__.startswith("torch.ao.nn.quantized.dynamic")
     finally:
         int8.fbgemm_int8.cache_clear()
+
+
+@needs_fbgemm
+def test_fbgemm_layers_export_with_their_packed_weights_as_the_programs_inputs():
+    """torch.export captures an FbgemmInt8Linear as nmt::fbgemm_int8_linear, its packed weight (a handle to this
+    process's memory) an input of the program, never a constant: the program computes what the layer computes."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 24), nn.ReLU(), nn.Linear(24, 16))
+    int8.to_int8_weights(model)
+    layers = int8.fbgemm_layers(model)
+    assert [layer.slot for layer in layers] == [0, 1] and layers == [model[0], model[2]]
+
+    class Program(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x, *packed):
+            with int8.packed_as_inputs(packed):
+                return self.model(x)
+
+    x = torch.randn(5, 32)
+    packed = tuple(layer.packed for layer in layers)
+    program = torch.export.export(Program(), (x, *packed))
+    calls = [n.target for n in program.graph.nodes if n.op == "call_function"]
+    assert calls.count(torch.ops.nmt.fbgemm_int8_linear.default) == 2
+    assert not any(t.dtype == torch.uint8 for t in program.constants.values())  # no handle baked in
+    with torch.inference_mode():
+        want = model(x)
+        assert torch.equal(program.module()(x, *packed), want)
+        assert torch.equal(torch.ops.nmt.fbgemm_int8_linear(x, model[0].weight, model[0].packed, model[0].column_sums,
+                                                            model[0].scaled_bias, model[0].scale), model[0](x))

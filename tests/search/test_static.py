@@ -9,7 +9,7 @@ import torch
 
 from nmt import search
 from nmt.search import SearchSettings
-from nmt.search.static import StaticDecoder, static_step
+from nmt.search.static import StaticDecoder, decoder_step, static_step, written
 from nmt.translation.translator import ModelOptions, Translator
 from tests.helpers.hypotheses import assert_same
 from tests.helpers.paths import DEMO_MODEL
@@ -62,6 +62,27 @@ def test_every_step_has_the_same_shapes():
     with torch.inference_mode():
         searched(decoder, src, beam=4, max_len_a=0.0, max_len_b=7)
     assert len(shapes) == 1  # tokens, pos, keys/values, source keys/values, mask: one shape each, every step
+
+
+def test_the_step_reads_its_cache_and_leaves_the_writing_to_its_caller():
+    """decoder_step only reads the cache (a compiled program writing into a slice of its input copies all of it);
+    static_step writes its keys/values at pos, and `written` (the compiled beam step's) makes the same tensor."""
+    model, src = random_model(), random_inputs(3)
+    decoder = StaticDecoder(model)
+    with torch.inference_mode():
+        memory, src_pad_mask = decoder.encode(src)
+        cache = decoder.init_cache(memory, src_pad_mask, max_len=6)
+        tokens = torch.full((src.size(0),), IDS.bos)
+        for _ in range(3):  # positions 0-2 written by static_step
+            decoder.decode_step(tokens, cache)
+        before = cache.self_kv.clone()
+        args = (model, tokens, cache.pos, cache.self_kv, cache.cross_kv, cache.memory_mask)
+        logits, _, new = decoder_step(*args)
+        assert torch.equal(cache.self_kv, before) and new.shape == (*before.shape[:4], 1, before.size(5))
+        want = written(before, new, cache.pos)
+        assert torch.equal(static_step(*args)[0], logits)
+    assert torch.equal(cache.self_kv, want) and not torch.equal(want, before)
+    assert torch.equal(want[..., 3:4, :], new) and torch.equal(want[..., :3, :], before[..., :3, :])
 
 
 def test_constrained_and_sampled_search_are_refused():
