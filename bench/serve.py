@@ -54,7 +54,6 @@ from pathlib import Path
 import torch
 from common import ROOT, OtherLoad, median, table
 
-from nmt.search.compiled import pays
 from nmt.translation.translator import ModelOptions, Translator
 
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k" / "test2016.en"
@@ -265,12 +264,12 @@ def main() -> None:
 
 def precompile(args: argparse.Namespace, lines: list[str]) -> None:
     """The compiled server's packages, built here (beside the checkpoint, where the server finds them): one batch
-    of each number of sentences that runs compiled (1, 2, 4 ... up to nmt.search.compiled.MAX_ROWS rows)."""
+    of each number of sentences that runs compiled (1, 2, 4 ... up to nmt.search.compiled's MAX_ROWS rows)."""
     translator = Translator.load(args.checkpoint, opts=ModelOptions(dtype=args.dtype, config_given=False,
                                                                     compile=True))
     translator.compiled.announce = lambda message: print(message, file=sys.stderr, flush=True)
     n = 1
-    while pays(n, translator.decode.beam):
+    while translator.compiled.pays(n, translator.decode.beam):
         translator.translate_chunk(lines[:n])
         n *= 2
 

@@ -99,7 +99,7 @@ from nmt import (
 )
 from nmt.precision import Precision, prepare
 from nmt.search import SearchSettings, generated_tokens
-from nmt.search.compiled import CompiledDecoder, pays
+from nmt.search.compiled import CompiledDecoder
 from nmt.threads import FreeCores
 
 BEAM, ALPHA = 4, 0.6
@@ -219,7 +219,7 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
     rows = []
     for batch in map(int, args.batches.split(",")):
         src = sources(batch, vocab, ids).to(device)
-        small = compiled is not None and pays(batch, BEAM)  # as nmt translate --compile decides
+        small = compiled is not None and compiled.pays(batch, BEAM)  # as nmt translate --compile decides
         fns = {"ours": ours_fn(compiled if small else ours_model, src, args.length, ids, not args.fixed_threads),
                "hf": hf_fn(hf_model, src, args.length, ids)}
         if small:  # ours as without --compile, for the ratio; compiled for every thread count first
@@ -314,7 +314,7 @@ def main() -> None:
     p.add_argument("--compile", action="store_true",
                    help="fp32 or int8 on CPU: ours through its compiled decoder step where nmt translate --compile "
                         "uses it (int8: --compile --quantize int8's layers, nmt.int8.to_int8_weights) "
-                        "(up to nmt.search.compiled.MAX_ROWS rows), with ours as without it beside (eager); packages "
+                        "(up to nmt.search.compiled's MAX_ROWS rows), with ours as without it beside (eager); packages "
                         "compiled on first use into --compile-dir")
     p.add_argument("--compile-dir", default=str(Path.home() / ".cache" / "nmt" / "bench-compiled"),
                    help="where --compile keeps its packages (a second run loads them)")

@@ -30,7 +30,7 @@ from nmt.errors import NmtError
 from nmt.log import console
 from nmt.precision import for_inference, prepare
 from nmt.search import Hypothesis, SearchSettings, generated_tokens, run
-from nmt.search.compiled import CompiledDecoder, package_dir, pays
+from nmt.search.compiled import CompiledDecoder, package_dir
 from nmt.threads import FreeCores
 from nmt.tokenizer import Tokenizer
 from nmt.translation import terminology
@@ -176,7 +176,7 @@ class Translator:
     def _search(self, src: torch.Tensor, need_attention: bool, d: DecodeConfig) -> list[list[Hypothesis]]:
         settings = self.search_settings(d, need_attention=need_attention)
         compiled = (self.compiled is not None and not (need_attention or settings.sampling)  # it gives no attention
-                    and pays(src.size(0), settings.beam))
+                    and self.compiled.pays(src.size(0), settings.beam))
         return run(self.compiled if compiled else self.model, src, settings, self.special)
 
     @functools.cached_property
