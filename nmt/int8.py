@@ -132,9 +132,8 @@ class FbgemmInt8Linear(nn.Module):
 
 def _fbgemm_int8_linear(x: Tensor, weight: Tensor, packed: Tensor, column_sums: Tensor, scaled_bias: Tensor,
                         scale: Tensor) -> Tensor:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        y = torch.fbgemm_linear_int8_weight_fp32_activation(x, weight, packed, column_sums, 1.0, 0, scaled_bias)
+    # torch's deprecation warning, said once a process, was said (and silenced) by FbgemmInt8Linear._pack
+    y = torch.fbgemm_linear_int8_weight_fp32_activation(x, weight, packed, column_sums, 1.0, 0, scaled_bias)
     return y.mul_(scale)
 
 
