@@ -210,7 +210,9 @@ def build(module: _Program, inputs: tuple[Tensor, ...], threads: int, path: Path
     packed weights of its int8 layers, on `threads` threads, into the package `path` (written whole, then renamed: a
     killed compile leaves no half package)."""
     packed = tuple(layer.packed for layer in module.int8_layers)
-    shapes = (*free_dims(module, inputs), *[(None,) * len(packed)] * bool(packed))  # *packed: one argument
+    shapes = free_dims(module, inputs)
+    if packed:  # export takes forward's *packed as one argument, of fixed shapes
+        shapes = (*shapes, (None,) * len(packed))
     inputs = (*inputs, *packed)
     wanted = torch.get_num_threads()
     torch.set_num_threads(threads)
