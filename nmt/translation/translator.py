@@ -114,7 +114,9 @@ class Translator:
         if not any(map(shutil.which, (os.environ.get("CXX", "g++"), "g++", "clang++", "c++"))):
             raise NmtError("--compile needs a C++ compiler to build its packages (g++ or clang++, or one named by "
                            "CXX): install one, or drop --compile")
-        plain = ckpt.build_model(self.tokenizer).eval()
+        if self.precision.name == "int8" and int8.fbgemm_int8():  # to_int8's layers are the ones compiled: one copy
+            return CompiledDecoder(self.model, package_dir(ckpt.path), self.warn_compile)
+        plain = ckpt.build_model(self.tokenizer).eval()  # float32 weights unpacked: the eager ones are oneDNN's
         if self.precision.name == "int8":  # int8 weights in an operator the compiler knows (to_int8's it does not)
             plain = int8.to_int8_weights(plain)
         return CompiledDecoder(plain, package_dir(ckpt.path), self.warn_compile)

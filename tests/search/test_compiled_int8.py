@@ -84,6 +84,8 @@ def test_the_translator_compiles_int8_layers_for_quantize_int8():
     layer = int8.FbgemmInt8Linear if int8.fbgemm_int8() else int8.Int8WeightLinear
     assert type(t.compiled.model.output) is layer
     assert not isinstance(t.model.output, int8.Int8WeightLinear)  # batches that run eagerly: to_int8's layers
+    # with fbgemm, the eager batches' layers are the compiled ones: the model is held once
+    assert (t.compiled.model is t.model) == int8.fbgemm_int8()
 
 
 def test_loading_a_package_first_asks_linux_for_the_amx_registers(monkeypatch, tmp_path):
