@@ -141,7 +141,7 @@ def _fbgemm_int8_linear(x: Tensor, weight: Tensor, packed: Tensor, column_sums: 
 # no shape function) and an AOTInductor package calls back (nmt.search.compiled: `--compile --quantize int8`), the
 # packed weight one of the package's inputs: a handle to this process's memory, which its constants cannot hold.
 # Defined with torch.library.Library rather than torch.library.custom_op, whose Python wrapping costs more a call
-# (a base model's step makes 38).
+# (a base model's step makes 37).
 _LIBRARY = torch.library.Library("nmt", "FRAGMENT")
 _LIBRARY.define("fbgemm_int8_linear(Tensor x, Tensor weight, Tensor packed, Tensor column_sums, Tensor scaled_bias, "
                 "Tensor scale) -> Tensor")
