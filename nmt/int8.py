@@ -116,9 +116,7 @@ class FbgemmInt8Linear(nn.Module):
         if handles is not None:  # being exported: the packed weight is an input of the program (packed_as_inputs)
             return torch.ops.nmt.fbgemm_int8_linear(x.float(), self.weight, handles[self.slot], self.column_sums,
                                                     self.scaled_bias, self.scale)
-        y = torch.fbgemm_linear_int8_weight_fp32_activation(x.float(), self.weight, self.packed, self.column_sums,
-                                                            1.0, 0, self.scaled_bias)
-        return y.mul_(self.scale)
+        return _fbgemm_int8_linear(x.float(), self.weight, self.packed, self.column_sums, self.scaled_bias, self.scale)
 
     def __getstate__(self) -> dict[str, Any]:  # copy.deepcopy, pickle: the handle's bytes would point at freed memory
         state = self.__dict__.copy()

@@ -31,7 +31,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,12 +87,11 @@ def step_bytes(model: nn.Module) -> int:
 class _Program(nn.Module):
     """What torch.export captures of `model`: its weights the program's constants, except the packed weights of its
     int8 layers (nmt.int8.FbgemmInt8Linear), handles to this process's memory, which are the program's last inputs
-    (`*packed`, in the order of nmt.int8.fbgemm_layers)."""
+    (`*packed`, in the order of nmt.int8.fbgemm_layers: CompiledDecoder.packed)."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
-        self.int8_layers = fbgemm_layers(model)
 
 
 class _Step(_Program):
@@ -205,11 +204,11 @@ def free_dims(module: nn.Module, inputs: tuple[Tensor, ...]) -> tuple[dict[int, 
     return (None, None, {4: T}, {4: S}, {3: S}, *([{4: T}] if len(inputs) > 5 else []), *[None] * (len(inputs) - 6))
 
 
-def build(module: _Program, inputs: tuple[Tensor, ...], threads: int, path: Path) -> None:
+def build(module: _Program, inputs: tuple[Tensor, ...], threads: int, path: Path,
+          packed: Sequence[Tensor] = ()) -> None:
     """Compile `module` (a _Step, _BeamStep or _Encode) for these inputs' shapes, the free_dims left free, and the
-    packed weights of its int8 layers, on `threads` threads, into the package `path` (written whole, then renamed: a
-    killed compile leaves no half package)."""
-    packed = tuple(layer.packed for layer in module.int8_layers)
+    packed weights of its model's int8 layers (`packed`, the order of nmt.int8.fbgemm_layers), on `threads` threads,
+    into the package `path` (written whole, then renamed: a killed compile leaves no half package)."""
     shapes = free_dims(module, inputs)
     if packed:  # export takes forward's *packed as one argument, of fixed shapes
         shapes = (*shapes, (None,) * len(packed))
@@ -327,7 +326,7 @@ class CompiledDecoder(StaticDecoder):
             if not path.exists():
                 what = "encoder" if encoder else f"decoder's {kind} for {rows} rows"
                 self.announce(f"compiling the {what} on {threads} thread(s), once: {path}")
-                build(self._module(kind, K, special), self._inputs(kind, rows, K), threads, path)
+                build(self._module(kind, K, special), self._inputs(kind, rows, K), threads, path, self.packed)
                 prune(self.directory, prefix, path)
             boxed_run, packed = load(path).boxed_run, self.packed
             self.runners[kind, rows, threads] = lambda *tensors: boxed_run([*tensors, *packed])

@@ -65,9 +65,8 @@ def decoder_step(model: nn.Module, tokens: Tensor, pos: Tensor, self_kv: Tensor,
     keys/values [L, 2, N, H, 1, Dh], which the caller writes (self_kv is only read). Every shape is fixed by the
     arguments' (pos is a tensor)."""
     x = model.tgt_embed(tokens)[:, None] * model.embed_scale + model.positions.index_select(0, pos[None])  # [N, 1, D]
-    positions = torch.arange(self_kv.size(4), device=pos.device)
-    self_mask = (positions <= pos)[None, None, None, :]  # [1, 1, 1, T]
-    at_pos = (positions == pos)[:, None]  # [T, 1]
+    self_mask = (torch.arange(self_kv.size(4), device=pos.device) <= pos)[None, None, None, :]  # [1, 1, 1, T]
+    at_pos = _at_position(pos, self_kv.size(4))
     weights, new = [], []
     for i, layer in enumerate(model.decoder_layers):
         view = _Layer(self_kv[i], cross_kv[i], at_pos, self_mask)
@@ -89,7 +88,12 @@ def static_step(model: nn.Module, tokens: Tensor, pos: Tensor, self_kv: Tensor, 
 def written(self_kv: Tensor, new: Tensor, pos: Tensor) -> Tensor:
     """self_kv [L, 2, N, H, T, Dh] with new [L, 2, N, H, 1, Dh] at position pos, as a new tensor (a compiled beam step
     reads it through its reorder, which copies every position anyway)."""
-    return torch.where((torch.arange(self_kv.size(4), device=pos.device) == pos)[:, None], new, self_kv)
+    return torch.where(_at_position(pos, self_kv.size(4)), new, self_kv)
+
+
+def _at_position(pos: Tensor, capacity: int) -> Tensor:
+    """[T, 1] True at position pos of a cache of `capacity` positions: where a step's keys/values go."""
+    return (torch.arange(capacity, device=pos.device) == pos)[:, None]
 
 
 def cross_keys_values(model: nn.Module, memory: Tensor) -> Tensor:
