@@ -1,5 +1,5 @@
 """A compiled search step (`nmt translate --compile`, `nmt serve --compile`): for beam search the whole step (the
-static-shape decoder step of nmt.search.static, step_log_probs, nmt.search.beam's beam_rule, the cache's reorder), for
+static-shape decoder step of nmt.search.static, step_logits, nmt.search.beam's beam_rule, the cache's reorder), for
 greedy search the decoder's step, and the encoder with the decoder's cross-attention keys/values, compiled ahead of
 time by AOTInductor into packages that are saved on disk, so the compile is paid once per model, row bucket, thread
 count and machine, and a later start only loads them (milliseconds). Only searches of up to MAX_ROWS rows run
@@ -40,9 +40,9 @@ from torch import Tensor, nn
 
 from nmt.int8 import FbgemmInt8Linear, Int8WeightLinear, fbgemm_layers, packed_as_inputs
 from nmt.search.beam import Beam, Chosen, beam_rule
-from nmt.search.scoring import Move, length_penalty_divisor, step_log_probs
+from nmt.search.scoring import Move, length_penalty_divisor, step_logits
 from nmt.search.settings import SearchSettings
-from nmt.search.static import StaticCache, StaticDecoder, cross_keys_values, decoder_step, static_step, written
+from nmt.search.static import StaticCache, StaticDecoder, cross_keys_values, decoder_step, next_lineage, static_step
 
 # Inductor's GEMM autotuning: its C++ micro-kernels where they beat ATen's, what makes the step fast; the environment's
 # NMT_COMPILE_AUTOTUNE=0 compiles in about half the time a package that runs slower
@@ -105,24 +105,25 @@ class _Step(_Program):
 
 class _BeamStep(_Program):
     """One whole step of beam search, K beams per sentence: the decoder's step (decoder_step), the next-token
-    log-probabilities (step_log_probs), the beam rule (beam_rule) and the cache's reorder, with nothing in between on
-    the host. Returns beam_rule's Chosen as a tuple; writes every position's keys/values, this step's included,
-    reordered for the next step, into spare_kv (self_kv is only read)."""
+    log-probabilities (step_logits), the beam rule (beam_rule) and the cache's reorder, with nothing in between on
+    the host. Writes this step's keys/values into self_kv in place, each row's into its own place, and returns
+    beam_rule's Chosen as a tuple, then the next step's lineage (nmt.search.static.next_lineage): the reorder
+    copies no keys or values."""
 
     def __init__(self, model: nn.Module, K: int, bos: int, eos: int, pad: int):
         super().__init__(model)
         self.K, self.bos, self.eos, self.pad = K, bos, eos, pad
 
     def forward(self, tokens: Tensor, pos: Tensor, self_kv: Tensor, cross_kv: Tensor, memory_mask: Tensor,
-                spare_kv: Tensor, scores: Tensor, best: Tensor, limit: Tensor, row_limit: Tensor, t: Tensor,
+                lineage: Tensor, scores: Tensor, best: Tensor, limit: Tensor, row_limit: Tensor, t: Tensor,
                 divisor: Tensor, min_len: Tensor, *packed: Tensor) -> tuple[Tensor, ...]:
         with packed_as_inputs(packed):
-            logits, _, new = decoder_step(self.model, tokens, pos, self_kv, cross_kv, memory_mask)
-        logprobs = step_log_probs(logits, row_limit.le(t), self.bos, self.eos, self.pad, too_short=t < min_len)
-        chosen = beam_rule(logprobs, scores, best, limit, t, divisor, self.K, self.K, self.eos)[0]
-        # the step's keys/values and the reorder in one pass, into the other buffer (self_kv is only read)
-        spare_kv.copy_(written(self_kv, new, pos).index_select(2, chosen.parent_rows))
-        return tuple(chosen)
+            logits, _, new = decoder_step(self.model, tokens, pos, self_kv, cross_kv, memory_mask, lineage=lineage)
+        # the beam rule over logit + (score - lse): logprob + score, the log-probabilities never written
+        masked, lse = step_logits(logits, row_limit.le(t), self.bos, self.eos, self.pad, too_short=t < min_len)
+        chosen = beam_rule(masked, scores - lse, best, limit, t, divisor, self.K, self.K, self.eos)[0]
+        self_kv.index_copy_(4, pos[None], new)  # one position of each row: written in place, nothing else copied
+        return (*chosen, next_lineage(lineage, chosen.parent_rows, pos))
 
 
 class _Encode(_Program):
@@ -188,7 +189,8 @@ def example_inputs(model: nn.Module, rows: int, K: int | None) -> tuple[Tensor, 
     if K is None:
         return step
     N = rows // K
-    return (*step, torch.zeros_like(step[2]), torch.zeros(rows), torch.full((N, K), float("-inf"), dtype=torch.float64),
+    return (*step, torch.zeros(rows, 9, dtype=torch.long), torch.zeros(rows),
+            torch.full((N, K), float("-inf"), dtype=torch.float64),
             torch.full((N,), 5), torch.full((rows,), 5), torch.zeros((), dtype=torch.long),
             torch.ones((), dtype=torch.float64), torch.zeros((), dtype=torch.long))
 
@@ -201,7 +203,7 @@ def free_dims(module: nn.Module, inputs: tuple[Tensor, ...]) -> tuple[dict[int, 
     if isinstance(module, _Encode):
         return ({0: torch.export.Dim("B", min=1, max=1 << 16), 1: S},)
     T = torch.export.Dim("T", min=2, max=positions + 1)
-    return (None, None, {4: T}, {4: S}, {3: S}, *([{4: T}] if len(inputs) > 5 else []), *[None] * (len(inputs) - 6))
+    return (None, None, {4: T}, {4: S}, {3: S}, *([{1: T}] if len(inputs) > 5 else []), *[None] * (len(inputs) - 6))
 
 
 def build(module: _Program, inputs: tuple[Tensor, ...], threads: int, path: Path,
@@ -250,13 +252,13 @@ def load(path: Path) -> Any:
 
 
 class PaddedCache(StaticCache):
-    """A StaticCache of `bucket` rows of which the first `rows` are the search's; `spare`: a second buffer of keys and
-    values, where a beam step writes them reordered (then the two change places)."""
+    """A StaticCache of `bucket` rows of which the first `rows` are the search's; `lineage` [bucket, T]: where a
+    beam step's rows read their positions (nmt.search.static.next_lineage)."""
 
     def __init__(self, self_kv: Tensor, cross_kv: Tensor, memory_mask: Tensor, rows: int):
         super().__init__(self_kv, cross_kv, memory_mask)
         self.rows = rows
-        self.spare: Tensor | None = None  # made by the first beam step (which overwrites it whole): greedy needs none
+        self.lineage: Tensor | None = None  # made by the first beam step: greedy needs none
         self.scalars: tuple[Tensor, Tensor, Tensor] | None = None  # a beam step's t, length penalty, min_len
 
     def rows_after(self, parents: Tensor) -> Tensor:
@@ -372,13 +374,12 @@ class CompiledDecoder(StaticDecoder):
             divisors = [length_penalty_divisor(i + 1, settings.length_penalty, settings.length_penalty_type)
                         for i in range(T)]
             cache.scalars = torch.arange(T), torch.tensor(divisors, dtype=torch.float64), torch.tensor(settings.min_len)
-            cache.spare = torch.empty_like(cache.self_kv)
+            cache.lineage = torch.arange(cache.self_kv.size(2))[:, None].expand(-1, T).contiguous()
         steps, divisors, min_len = cache.scalars
-        out = run(_padded(tokens, bucket, 0), cache.pos, cache.self_kv, cache.cross_kv, cache.memory_mask, cache.spare,
-                  _padded(beam.scores, bucket, float("-inf")), _padded(beam.finished.best, bucket // K, float("-inf")),
-                  _padded(beam.limit, bucket // K, 0), _padded(beam.row_limit, bucket, 0), steps[t], divisors[t],
-                  min_len)
-        cache.self_kv, cache.spare = cache.spare, cache.self_kv
+        *out, cache.lineage = run(
+            _padded(tokens, bucket, 0), cache.pos, cache.self_kv, cache.cross_kv, cache.memory_mask, cache.lineage,
+            _padded(beam.scores, bucket, float("-inf")), _padded(beam.finished.best, bucket // K, float("-inf")),
+            _padded(beam.limit, bucket // K, 0), _padded(beam.row_limit, bucket, 0), steps[t], divisors[t], min_len)
         cache.pos += 1
         cache.step += 1
         if B * K < bucket:  # the padded sentences' part dropped

@@ -109,6 +109,22 @@ def step_log_probs(logits: Tensor, at_limit: Tensor | None, bos: int, eos: int, 
     return logprobs
 
 
+def step_logits(logits: Tensor, at_limit: Tensor, bos: int, eos: int, pad: int,
+                too_short: Tensor) -> tuple[Tensor, Tensor]:
+    """step_log_probs in two parts, for a compiled step: the float32 logits [N, V] with the same tokens impossible
+    (-inf), and each row's log-normaliser [N] (the logsumexp over the whole vocabulary), so that step_log_probs
+    equals `masked - lse[:, None]`. Beam search ranks `masked + (score - lse)` as it ranks `logprobs + score` (the
+    same sum, rounded in another order), and Inductor then reads the logits three times (max, sum of exp, the beam
+    rule's group maxima) and writes no [N, V] log-probabilities. One mask, not column writes: a compiled program
+    makes each write into a column a pass over the whole tensor. at_limit [N], too_short a 0-d bool tensor."""
+    logits = logits.float()
+    ids = torch.arange(logits.size(-1), device=logits.device)
+    is_eos = ids.eq(eos)
+    impossible = ((ids.eq(pad) | ids.eq(bos))[None, :] | (at_limit[:, None] & ~is_eos)
+                  | ((too_short & ~at_limit)[:, None] & is_eos))
+    return logits.masked_fill(impossible, float("-inf")), logits.logsumexp(dim=-1)
+
+
 def step_attention(attention: Tensor | None, layer: int) -> Tensor | None:
     """[L, N, H, S] from decode_step -> one layer averaged over heads [N, S]."""
     return None if attention is None else attention[layer].float().mean(dim=1)

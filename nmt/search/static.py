@@ -6,7 +6,8 @@ during a search, so that one step function, eager or compiled (`torch.compile`, 
   end of the search (the strategies' `fixed_rows`): nothing is removed, so nothing changes shape.
 - The cache holds every position up to its capacity: keys/values [L, 2, N, H, T, Dh], written at the step's position,
   a 0-d tensor on the device (`pos`), the positions after it masked out of self-attention.
-- A beam reorder copies the rows' keys/values (an index_select), where nmt.cache.DecoderCache rewrites a small index.
+- A beam reorder copies the rows' keys/values (an index_select), where nmt.cache.DecoderCache rewrites a small index;
+  the compiled beam step (nmt.search.compiled) copies nothing: its rows read their positions through a lineage.
 
 `StaticDecoder(model)` is a model for nmt.search.loop.run (encode, init_cache, decode_step, max_positions): the loop
 sees `fixed_rows` and gives each sentence its rows from the start."""
@@ -45,10 +46,13 @@ class StaticCache:
 
 class _Layer:
     """What DecoderLayer reads at a step (nmt.cache.LayerCache's interface) over a StaticCache's tensors, which it
-    leaves as they are: the step's keys/values are kept in `new` for the caller to write."""
+    leaves as they are: the step's keys/values are kept in `new` for the caller to write. `lineage` (see
+    decoder_step): the rows the positions are read from."""
 
-    def __init__(self, self_kv: Tensor, memory_kv: Tensor, at_pos: Tensor, self_mask: Tensor):
+    def __init__(self, self_kv: Tensor, memory_kv: Tensor, at_pos: Tensor, self_mask: Tensor,
+                 lineage: Tensor | None = None):
         self.kv, self.memory_kv, self.at_pos, self.self_mask = self_kv, memory_kv, at_pos, self_mask
+        self.lineage = lineage
         self.new: tuple[Tensor, Tensor] | None = None
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -56,20 +60,26 @@ class _Layer:
         at pos. Not written in place: a compiled program that writes into a slice of its input copies all of it
         (every layer's cache, at every layer)."""
         self.new = k, v
-        return torch.where(self.at_pos, k, self.kv[0]), torch.where(self.at_pos, v, self.kv[1])
+        keys, values = self.kv[0], self.kv[1]
+        if self.lineage is not None:  # [N, T] -> [N, H, T, Dh]: position t of row n from row lineage[n, t]
+            rows = self.lineage[:, None, :, None].expand_as(keys)
+            keys, values = keys.gather(0, rows), values.gather(0, rows)
+        return torch.where(self.at_pos, k, keys), torch.where(self.at_pos, v, values)
 
 
 def decoder_step(model: nn.Module, tokens: Tensor, pos: Tensor, self_kv: Tensor, cross_kv: Tensor,
-                 memory_mask: Tensor, need_attention: bool = False) -> tuple[Tensor, Tensor | None, Tensor]:
+                 memory_mask: Tensor, need_attention: bool = False,
+                 lineage: Tensor | None = None) -> tuple[Tensor, Tensor | None, Tensor]:
     """tokens [N] at position pos -> logits [N, V], if asked the cross-attention [L, N, H, S], and this position's
     keys/values [L, 2, N, H, 1, Dh], which the caller writes (self_kv is only read). Every shape is fixed by the
-    arguments' (pos is a tensor)."""
+    arguments' (pos is a tensor). `lineage` [N, T]: row n's position t is read from the cache's row lineage[n, t]
+    (the compiled beam step's cache, whose rows are never reordered: next_lineage); None: from row n."""
     x = model.tgt_embed(tokens)[:, None] * model.embed_scale + model.positions.index_select(0, pos[None])  # [N, 1, D]
     self_mask = (torch.arange(self_kv.size(4), device=pos.device) <= pos)[None, None, None, :]  # [1, 1, 1, T]
     at_pos = _at_position(pos, self_kv.size(4))
     weights, new = [], []
     for i, layer in enumerate(model.decoder_layers):
-        view = _Layer(self_kv[i], cross_kv[i], at_pos, self_mask)
+        view = _Layer(self_kv[i], cross_kv[i], at_pos, self_mask, lineage)
         x, w = layer(x, None, memory_mask, cache=view, need_weights=need_attention)  # w [N, H, 1, S]
         weights.append(w)
         new.append(torch.stack(view.new))
@@ -85,10 +95,13 @@ def static_step(model: nn.Module, tokens: Tensor, pos: Tensor, self_kv: Tensor, 
     return logits, attention
 
 
-def written(self_kv: Tensor, new: Tensor, pos: Tensor) -> Tensor:
-    """self_kv [L, 2, N, H, T, Dh] with new [L, 2, N, H, 1, Dh] at position pos, as a new tensor (a compiled beam step
-    reads it through its reorder, which copies every position anyway)."""
-    return torch.where(_at_position(pos, self_kv.size(4)), new, self_kv)
+def next_lineage(lineage: Tensor, parent_rows: Tensor, pos: Tensor) -> Tensor:
+    """A beam step's reorder without copying the cache: row n of the next step continues row parent_rows[n], so its
+    positions are read where that row's were (lineage [N, T], see decoder_step), and position pos, which this step
+    wrote into every row's own place, from the parent's row. A row's place at a position is written once, at that
+    step, so what a lineage points to is never overwritten."""
+    at_pos = _at_position(pos, lineage.size(1))[:, 0]  # [T]
+    return torch.where(at_pos, parent_rows[:, None], lineage.index_select(0, parent_rows))
 
 
 def _at_position(pos: Tensor, capacity: int) -> Tensor:

@@ -9,7 +9,7 @@ import torch
 
 from nmt import search
 from nmt.search import SearchSettings
-from nmt.search.static import StaticDecoder, decoder_step, static_step, written
+from nmt.search.static import StaticDecoder, decoder_step, next_lineage, static_step
 from nmt.translation.translator import ModelOptions, Translator
 from tests.helpers.hypotheses import assert_same
 from tests.helpers.paths import DEMO_MODEL
@@ -66,7 +66,7 @@ def test_every_step_has_the_same_shapes():
 
 def test_the_step_reads_its_cache_and_leaves_the_writing_to_its_caller():
     """decoder_step only reads the cache (a compiled program writing into a slice of its input copies all of it);
-    static_step writes its keys/values at pos, and `written` (the compiled beam step's) makes the same tensor."""
+    static_step writes its keys/values at pos and nothing else."""
     model, src = random_model(), random_inputs(3)
     decoder = StaticDecoder(model)
     with torch.inference_mode():
@@ -79,10 +79,33 @@ def test_the_step_reads_its_cache_and_leaves_the_writing_to_its_caller():
         args = (model, tokens, cache.pos, cache.self_kv, cache.cross_kv, cache.memory_mask)
         logits, _, new = decoder_step(*args)
         assert torch.equal(cache.self_kv, before) and new.shape == (*before.shape[:4], 1, before.size(5))
-        want = written(before, new, cache.pos)
         assert torch.equal(static_step(*args)[0], logits)
-    assert torch.equal(cache.self_kv, want) and not torch.equal(want, before)
-    assert torch.equal(want[..., 3:4, :], new) and torch.equal(want[..., :3, :], before[..., :3, :])
+    assert torch.equal(cache.self_kv[..., 3:4, :], new) and torch.equal(cache.self_kv[..., :3, :], before[..., :3, :])
+    assert torch.equal(cache.self_kv[..., 4:, :], before[..., 4:, :])
+
+
+def test_a_lineage_reads_the_cache_as_the_reorders_would_have_copied_it():
+    """The compiled beam step's cache: each row's keys/values written in its own place, never moved, and read through
+    next_lineage's lineage, gives the logits of a cache whose rows were reordered (copied) at every step."""
+    model, src = random_model(), random_inputs(3)
+    decoder = StaticDecoder(model)
+    with torch.inference_mode():
+        memory, src_pad_mask = decoder.encode(src)
+        copied = decoder.init_cache(memory, src_pad_mask, max_len=7)
+        kept, tokens = copied.self_kv.clone(), torch.full((src.size(0),), IDS.bos)
+        lineage = torch.arange(3)[:, None].expand(-1, 7)
+        for pos, parents in enumerate([[0, 1, 2], [2, 0, 0], [1, 1, 0], [0, 2, 1]]):
+            at = torch.tensor(pos)
+            want, _, new = decoder_step(model, tokens, at, copied.self_kv, copied.cross_kv, copied.memory_mask)
+            got, _, kept_new = decoder_step(model, tokens, at, kept, copied.cross_kv, copied.memory_mask,
+                                            lineage=lineage)
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+            parents = torch.tensor(parents)
+            copied.self_kv = copied.self_kv.index_copy(4, at[None], new).index_select(2, parents)
+            kept.index_copy_(4, at[None], kept_new)
+            lineage = next_lineage(lineage, parents, at)
+            tokens = want.argmax(-1)[parents]
+    assert lineage[:, :4].tolist() == [[0, 0, 1, 0], [2, 2, 0, 2], [0, 0, 1, 1]]  # positions read from other rows
 
 
 def test_constrained_and_sampled_search_are_refused():
