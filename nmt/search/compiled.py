@@ -3,7 +3,7 @@ static-shape decoder step of nmt.search.static, step_logits, nmt.search.beam's b
 greedy search the decoder's step, and the encoder with the decoder's cross-attention keys/values, compiled ahead of
 time by AOTInductor into packages that are saved on disk, so the compile is paid once per model, row bucket, thread
 count and machine, and a later start only loads them (milliseconds). Only searches of up to MAX_ROWS rows run
-compiled (SMALL_MAX_ROWS over a small model's weights: `pays`).
+compiled (`pays`).
 
 Why compile: at a few rows a step is hundreds of small operators, each paying PyTorch's dispatch and a library call,
 and torch's float32 matrix multiply (MKL's sgemm) runs small-M products slowly on some CPUs (AMD EPYC). Inductor with
@@ -52,17 +52,14 @@ AUTOTUNE = os.environ.get("NMT_COMPILE_AUTOTUNE", "1") != "0"
 # base model's 105 MB step at 4 rows in 22 ms on one thread, 13 ms on two; the tiny model's 6 MB faster on one)
 SMALL_ROWS = 16
 SMALL_BYTES = 16 << 20
-# the most rows a search runs compiled, and a small step's (up to SMALL_BYTES of weights): beyond, the eager step is as
-# fast (a whole search, compiled over eager time, 2 threads: the base model 0.71 at 32 rows, 1.06 at 128; the tiny
-# model 0.57 at 32, 0.75 at 64, 0.88 at 128)
-MAX_ROWS = 32
-SMALL_MAX_ROWS = 128
+# the most rows a search runs compiled: 32 sentences at beam 4 (a whole search at 128 rows, compiled over eager time,
+# 2 threads: the tiny model 0.90, the base model 0.93 in float32 and 0.98 in int8; docs/benchmarks.md)
+MAX_ROWS = 128
 
 
-def pays(sentences: int, per: int, weight_bytes: int) -> bool:
-    """Whether a search of `sentences` sentences of `per` rows each (its beam), over `weight_bytes` of weights
-    (step_bytes), runs compiled (MAX_ROWS, SMALL_MAX_ROWS)."""
-    return rows_bucket(sentences, per) <= (SMALL_MAX_ROWS if weight_bytes <= SMALL_BYTES else MAX_ROWS)
+def pays(sentences: int, per: int) -> bool:
+    """Whether a search of `sentences` sentences of `per` rows each (its beam) runs compiled (MAX_ROWS)."""
+    return rows_bucket(sentences, per) <= MAX_ROWS
 
 
 def rows_bucket(sentences: int, per: int = 1) -> int:
@@ -291,7 +288,7 @@ class CompiledDecoder(StaticDecoder):
 
     def pays(self, sentences: int, per: int) -> bool:
         """Whether a search of `sentences` sentences of `per` rows each runs compiled (the module's pays)."""
-        return pays(sentences, per, self.step_bytes)
+        return pays(sentences, per)
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src [B, S] -> every decoder layer's cross-attention keys/values [L, 2, B, H, S, Dh] in the place of the

@@ -139,7 +139,7 @@ def test_a_later_process_loads_the_package_without_compiling(checkpoint, tmp_pat
 
 
 def test_a_batch_of_more_rows_than_pay_runs_eagerly(translator, monkeypatch):
-    monkeypatch.setattr(compiled, "SMALL_MAX_ROWS", 16)  # the demo model's step is small
+    monkeypatch.setattr(compiled, "MAX_ROWS", 16)
     lines = FOUR * 4  # 16 sentences of 2 beams: 32 rows, more than pay
     got, want = eager_and_compiled(translator, lines, beam=2)
     assert [t.text for t in got] == [t.text for t in want]
@@ -177,9 +177,8 @@ def test_rows_go_to_the_next_power_of_two_and_small_steps_to_one_thread():
     small, big = 6 << 20, 105 << 20  # the tiny model's and the base model's step (bench/translate.py --configs)
     assert [threads_for(r, 2, small) for r in (8, 16, 32)] == [1, 1, 2] and threads_for(32, 1, small) == 1
     assert threads_for(4, 2, big) == 2 and threads_for(4, 1, big) == 1
-    # a small step runs compiled up to 128 rows (32 sentences of 4 beams), a big one up to 32
-    assert compiled.pays(32, 4, small) and not compiled.pays(33, 4, small)
-    assert compiled.pays(8, 4, big) and not compiled.pays(9, 4, big) and compiled.pays(32, 1, big)
+    # a search runs compiled up to 128 rows (32 sentences of 4 beams)
+    assert compiled.pays(32, 4) and not compiled.pays(33, 4) and compiled.pays(128, 1) and not compiled.pays(129, 1)
 
 
 def test_a_step_reads_the_decoder_layers_and_the_output_projection_once(translator):
