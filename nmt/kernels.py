@@ -241,8 +241,11 @@ def top_k_beams(logprobs: Tensor, scores: Tensor, beams: int, k: int) -> tuple[T
         return values, pick.div(k, rounding_mode="floor") * V + row_tokens.view(N, beams * k).gather(1, pick)
     T = TOPK_GROUP
     head = logprobs[:, : G * T].view(R, G, T)  # a view, a row's tail left out: never a copy of the logits
-    maxima = head.amax(dim=2) + scores[:, None]  # [R, G]
-    groups = maxima.view(N, beams * G).topk(k, dim=1).indices  # [N, k]: group g of the sentence's row b is b * G + g
+    maxima = (head.amax(dim=2) + scores[:, None]).view(N, beams * G)
+    if beams * G < 64 * k:  # torch.topk sorts the whole of a row shorter than 64 k entries, selects in a longer one
+        maxima = F.pad(maxima, (0, 64 * k - beams * G), value=float("-inf"))
+    # [N, k]: group g of the sentence's row b is b * G + g (a padded one is picked only among -inf ties: clamped)
+    groups = maxima.topk(k, dim=1).indices.clamp_(max=beams * G - 1)
     rows = groups.div(G, rounding_mode="floor") + torch.arange(0, R, beams, device=groups.device)[:, None]  # [N, k]
     candidates = head[rows, groups.remainder(G)] + scores[rows][:, :, None]  # [N, k, T]
     if G * T == V:  # group b * G + g starts at entry (b * G + g) * T of the sentence's [beams * V]
