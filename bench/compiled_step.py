@@ -44,7 +44,13 @@ def compiled_decoder(model, cpp_wrapper: bool) -> StaticDecoder:
     inductor.cpp_wrapper, inductor.freezing = cpp_wrapper, True
     decoder = StaticDecoder(model)
     code = static_step.__code__.replace(co_name=f"static_step_{'cpp' if cpp_wrapper else 'py'}")
-    decoder.step_fn = torch.compile(types.FunctionType(code, static_step.__globals__), dynamic=False)
+    compiled = torch.compile(types.FunctionType(code, static_step.__globals__))
+
+    def step(model, tokens, pos, self_kv, *rest):
+        torch._dynamo.mark_dynamic(self_kv, 0, min=2)  # the positions read (StaticCache.prefix): one graph for all
+        return compiled(model, tokens, pos, self_kv, *rest)
+
+    decoder.step_fn = step
     return decoder
 
 

@@ -152,12 +152,13 @@ class MultiHeadAttention(nn.Module):
                 need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """query [B, T, D] attends to key_value [B, S, D] (cross-attention) or to itself (self-attention,
         key_value None); mask broadcasts to [B, H, T, S] (or is a packed batch's); `causal` hides later positions.
-        With a decoding `cache`, self-attention adds this step's keys and values to it and attends to all of
-        them, cross-attention reads the source's from it. Returns [B, T, D] and, if asked, the weights
-        float32 [B, H, T, S]."""
+        A decoding `cache` gives self-attention every position's keys and values, cross-attention the source's.
+        Returns [B, T, D] and, if asked, the weights float32 [B, H, T, S]."""
         if self.cross:
             q = self._heads(self.q_proj(query), 1)[0]  # [B, H, T, Dh]
-            k, v = cache.memory_kv if cache is not None else self.memory_kv(key_value)  # [B, H, S, Dh] each
+            k, v = cache.memory_kv if cache is not None else self.memory_kv(key_value)  # [B', H, S, Dh] each
+            if k.size(0) < q.size(0):  # B = B' x G rows share a source (a static cache's beams): G x T queries each
+                q = q.unflatten(0, (k.size(0), -1)).transpose(1, 2).flatten(2, 3)  # [B', H, G*T, Dh]
         else:
             q, k, v = self._heads(self.qkv_proj(query), 3)  # [B, H, T, Dh] each
             if cache is not None:
@@ -170,8 +171,10 @@ class MultiHeadAttention(nn.Module):
         else:  # equation 1 fused by PyTorch: the same output, no weights
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
             weights = None
-        B, H, T, Dh = out.shape
-        out = self.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh))  # Concat(head_1..head_H) W^O
+        B, T, _ = query.shape
+        out = self.out_proj(out.transpose(1, 2).reshape(B, T, -1))  # Concat(head_1..head_H) W^O
+        if need_weights and weights.size(0) < B:  # [B', H, G*T, S] -> [B, H, T, S]
+            weights = weights.unflatten(2, (-1, T)).transpose(1, 2).flatten(0, 1)
         return out, weights if need_weights else None
 
     def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
@@ -180,8 +183,8 @@ class MultiHeadAttention(nn.Module):
         return k, v
 
     def _heads(self, x: Tensor, n: int) -> tuple[Tensor, ...]:
-        """[B, T, n*D] -> n tensors [B, H, T, Dh]. Unbinding the n axis in place (not moved to the front) lets
-        backward stack the n gradients straight into the [B, T, n*D] layout: one copy, not two."""
+        """[B, T, n*D] -> n tensors [B, H, T, Dh], the n axis unbound in place: backward's gradients stack into
+        [B, T, n*D] in one copy."""
         B, T, _ = x.shape
         return tuple(part.transpose(1, 2) for part in x.view(B, T, n, self.n_heads, self.d_head).unbind(2))
 
@@ -365,13 +368,10 @@ class Transformer(nn.Module):
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache,
                     need_attention: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Feed tokens [N] at position `cache.step`; return (logits [N, V], attention).
-
-        Appends this position's self-attention K/V to the cache and advances `cache.step`. The N rows are G
-        groups of `cache.group` rows that share a source (a sentence's beams): each group is one sequence of
-        `group` query positions for the layers. attention is None unless `need_attention`: then the
-        cross-attention weights of every decoder layer and head, float32 [L, N, H, S]. Inference only (writes
-        into the cache in place): call under torch.no_grad()."""
+        """Feed tokens [N] at position `cache.step`; return (logits [N, V], attention): this position's K/V appended
+        to the cache, `cache.step` advanced. The N rows are G groups of `cache.group` rows that share a source (a
+        sentence's beams), each one sequence of `group` query positions for the layers. attention, if asked: every
+        decoder layer's cross-attention weights, float32 [L, N, H, S]. Inference only (under torch.no_grad())."""
         x = self._embed(self.tgt_embed, tokens[:, None], offset=cache.step)  # [N, 1, D]
         cache.begin_step(x.dtype)
         x = cache.as_groups(x)  # [G, group, D]

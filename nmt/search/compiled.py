@@ -12,9 +12,9 @@ AOTInductor calls it all from C++ with no Python in between. `python bench/trans
 
 Shapes: a package serves one row count, since the GEMM template specialises on the matrices' M. A batch of N rows runs
 in the package of the next power of two, its extra rows padded (token 0 against a one-position source) and dropped.
-The source length and the cache's capacity are dynamic: one package serves every batch of its rows. The encoder's
-package serves any batch and source length. The kernels' thread count is fixed when they are compiled, so it is part
-of a package's key too.
+The source length and the positions a step reads (StaticCache.prefix) are dynamic: one package serves every step of
+every batch of its rows, the encoder's any batch and source length. The kernels' thread count is fixed when they are
+compiled, so it is part of a package's key too.
 
 A package is named by what it was built from (the weights, the model's and this module's code, torch, the CPU's
 instruction set, rows, threads): a changed checkpoint or a new torch builds a new one, which removes the one it
@@ -39,8 +39,9 @@ import torch
 from torch import Tensor, nn
 
 from nmt.int8 import FbgemmInt8Linear, Int8WeightLinear, fbgemm_layers, packed_as_inputs
+from nmt.search import static
 from nmt.search.beam import Beam, Chosen, beam_rule
-from nmt.search.scoring import Move, length_penalty_divisor, step_logits
+from nmt.search.scoring import Move, impossible_tokens, length_penalty_divisor, step_logits
 from nmt.search.settings import SearchSettings
 from nmt.search.static import StaticCache, StaticDecoder, cross_keys_values, decoder_step, next_lineage, static_step
 
@@ -103,13 +104,15 @@ class _Step(_Program):
 class _BeamStep(_Program):
     """One whole step of beam search, K beams per sentence: the decoder's step (decoder_step), the next-token
     log-probabilities (step_logits), the beam rule (beam_rule) and the cache's reorder, with nothing in between on
-    the host. Writes this step's keys/values into self_kv in place, each row's into its own place, and returns
-    beam_rule's Chosen as a tuple, then the next step's lineage (nmt.search.static.next_lineage): the reorder
-    copies no keys or values."""
+    the host. Its self_kv and lineage are the first P positions of the cache's (StaticCache.prefix): it writes this
+    step's keys/values into self_kv in place, each row's into its own place, and the next step's lineage over the
+    lineage (nmt.search.static.next_lineage: the reorder copies no keys or values), and returns beam_rule's Chosen
+    as a tuple."""
 
     def __init__(self, model: nn.Module, K: int, bos: int, eos: int, pad: int):
         super().__init__(model)
-        self.K, self.bos, self.eos, self.pad = K, bos, eos, pad
+        self.K, self.eos = K, eos
+        self.register_buffer("impossible", impossible_tokens(model.tgt_embed.num_embeddings, bos, eos, pad))
 
     def forward(self, tokens: Tensor, pos: Tensor, self_kv: Tensor, cross_kv: Tensor, memory_mask: Tensor,
                 lineage: Tensor, scores: Tensor, best: Tensor, limit: Tensor, row_limit: Tensor, t: Tensor,
@@ -117,10 +120,11 @@ class _BeamStep(_Program):
         with packed_as_inputs(packed):
             logits, _, new = decoder_step(self.model, tokens, pos, self_kv, cross_kv, memory_mask, lineage=lineage)
         # the beam rule over logit + (score - lse): logprob + score, the log-probabilities never written
-        masked, lse = step_logits(logits, row_limit.le(t), self.bos, self.eos, self.pad, too_short=t < min_len)
+        masked, lse = step_logits(logits, row_limit.le(t), t < min_len, self.impossible)
         chosen = beam_rule(masked, scores - lse, best, limit, t, divisor, self.K, self.K, self.eos)[0]
-        self_kv.index_copy_(4, pos[None], new)  # one position of each row: written in place, nothing else copied
-        return (*chosen, next_lineage(lineage, chosen.parent_rows, pos))
+        self_kv.index_copy_(0, pos[None], new)  # one position of each row: written in place, nothing else copied
+        lineage.copy_(next_lineage(lineage, chosen.parent_rows, pos))  # in place: the first P positions of the cache's
+        return tuple(chosen)
 
 
 class _Encode(_Program):
@@ -176,17 +180,15 @@ def package_key(model: nn.Module, kind: str, rows: int, threads: int) -> str:
 
 
 def example_inputs(model: nn.Module, rows: int, K: int | None) -> tuple[Tensor, ...]:
-    """Inputs of a step of `rows` rows (and of a beam step of K beams): a 7-token source, a 9-position cache
-    (different sizes, so that export keeps the two dimensions apart)."""
+    """Inputs of a step of `rows` rows (and of a beam step of K beams, rows // K sentences): a 7-token source, a
+    9-position cache (different sizes, so that export keeps the two dimensions apart)."""
     layers, attn = model.decoder_layers, model.decoder_layers[0].self_attn
-    L, H, Dh = len(layers), attn.n_heads, attn.d_head
+    L, H, Dh, N = len(layers), attn.n_heads, attn.d_head, rows // (K or 1)
     step = (torch.zeros(rows, dtype=torch.long), torch.zeros((), dtype=torch.long),
-            torch.zeros(L, 2, rows, H, 9, Dh), torch.zeros(L, 2, rows, H, 7, Dh),
-            torch.ones(rows, 1, 1, 7, dtype=torch.bool))
+            torch.zeros(9, L, 2, rows, H, Dh), torch.zeros(L, 2, N, H, 7, Dh), torch.ones(N, 1, 1, 7, dtype=torch.bool))
     if K is None:
         return step
-    N = rows // K
-    return (*step, torch.zeros(rows, 9, dtype=torch.long), torch.zeros(rows),
+    return (*step, torch.zeros(9, rows, dtype=torch.long), torch.zeros(rows),
             torch.full((N, K), float("-inf"), dtype=torch.float64),
             torch.full((N,), 5), torch.full((rows,), 5), torch.zeros((), dtype=torch.long),
             torch.ones((), dtype=torch.float64), torch.zeros((), dtype=torch.long))
@@ -200,7 +202,7 @@ def free_dims(module: nn.Module, inputs: tuple[Tensor, ...]) -> tuple[dict[int, 
     if isinstance(module, _Encode):
         return ({0: torch.export.Dim("B", min=1, max=1 << 16), 1: S},)
     T = torch.export.Dim("T", min=2, max=positions + 1)
-    return (None, None, {4: T}, {4: S}, {3: S}, *([{1: T}] if len(inputs) > 5 else []), *[None] * (len(inputs) - 6))
+    return (None, None, {0: T}, {4: S}, {3: S}, *([{0: T}] if len(inputs) > 5 else []), *[None] * (len(inputs) - 6))
 
 
 def build(module: _Program, inputs: tuple[Tensor, ...], threads: int, path: Path,
@@ -249,7 +251,7 @@ def load(path: Path) -> Any:
 
 
 class PaddedCache(StaticCache):
-    """A StaticCache of `bucket` rows of which the first `rows` are the search's; `lineage` [bucket, T]: where a
+    """A StaticCache of `bucket` rows of which the first `rows` are the search's; `lineage` [T, bucket]: where a
     beam step's rows read their positions (nmt.search.static.next_lineage)."""
 
     def __init__(self, self_kv: Tensor, cross_kv: Tensor, memory_mask: Tensor, rows: int):
@@ -260,7 +262,7 @@ class PaddedCache(StaticCache):
 
     def rows_after(self, parents: Tensor) -> Tensor:
         """The search's rows as StaticCache has them, the padding rows after them staying where they are."""
-        spare = torch.arange(self.rows, self.self_kv.size(2), device=parents.device)
+        spare = torch.arange(self.rows, self.self_kv.size(3), device=parents.device)
         return torch.cat([super().rows_after(parents), spare])
 
 
@@ -268,6 +270,13 @@ def _padded(x: Tensor, size: int, value: float) -> Tensor:
     """x along its first dimension up to `size`, filled with `value`, contiguous: a package reads its inputs in the
     layout it was compiled for and checks none (a row limit expanded from one value has stride 0)."""
     return x.contiguous() if x.size(0) == size else torch.cat([x, x.new_full((size - x.size(0), *x.shape[1:]), value)])
+
+
+def _padded_kv(kv: Tensor, size: int) -> Tensor:
+    """Keys/values [L, 2, B, ...] along B up to `size` with zeros."""
+    if kv.size(2) == size:
+        return kv
+    return torch.cat([kv, kv.new_zeros(*kv.shape[:2], size - kv.size(2), *kv.shape[3:])], dim=2)
 
 
 class CompiledDecoder(StaticDecoder):
@@ -342,19 +351,19 @@ class CompiledDecoder(StaticDecoder):
 
     def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int, rows: int = 1) -> PaddedCache:
         """The static cache of `rows` rows per sentence, in a bucket's rows (nmt.search.static)."""
-        cache = super().init_cache(memory, src_pad_mask, max_len, rows)
-        N, bucket = cache.self_kv.size(2), rows_bucket(src_pad_mask.size(0), rows)
-        pad = lambda kv: torch.cat([kv, kv.new_zeros(*kv.shape[:2], bucket - N, *kv.shape[3:])], dim=2)  # noqa: E731
-        return PaddedCache(pad(cache.self_kv), pad(cache.cross_kv), _padded(cache.memory_mask, bucket, True), N)
+        B, bucket = src_pad_mask.size(0), rows_bucket(src_pad_mask.size(0), rows)
+        cross_kv = _padded_kv(self.cross_kv(memory), bucket // rows)
+        return PaddedCache(static.self_cache(cross_kv, max_len, bucket), cross_kv,
+                           _padded(~src_pad_mask[:, None, None], bucket // rows, True), B * rows)
 
     def decode_step(self, tokens: Tensor, cache: PaddedCache, need_attention: bool = False
                     ) -> tuple[Tensor, Tensor | None]:
         if need_attention:
             raise ValueError("the compiled step gives no attention: decode with the model itself")
         self._check_room(cache)
-        bucket = cache.self_kv.size(2)
+        bucket = cache.self_kv.size(3)
         run = self.runner(bucket, threads_for(bucket, torch.get_num_threads(), self.step_bytes))
-        logits = run(_padded(tokens, bucket, 0), cache.pos, cache.self_kv, cache.cross_kv, cache.memory_mask)[0]
+        logits = run(_padded(tokens, bucket, 0), cache.pos, cache.prefix(), cache.cross_kv, cache.memory_mask)[0]
         cache.pos += 1
         cache.step += 1
         return logits[: tokens.numel()], None
@@ -364,17 +373,18 @@ class CompiledDecoder(StaticDecoder):
         """Step t of `beam` (fixed rows, no trace, no attention) as one call of its package: the decoder's step, the
         beam rule, the cache's reorder. Its sentences are padded to the bucket's (scores -inf, done at once)."""
         self._check_room(cache)
-        K, B, bucket = beam.K, beam.limit.numel(), cache.self_kv.size(2)
+        K, B, bucket = beam.K, beam.limit.numel(), cache.self_kv.size(3)
         run = self.runner(bucket, threads_for(bucket, torch.get_num_threads(), self.step_bytes), K, special)
         if cache.scalars is None:  # every step's t and length penalty, made once (a tensor costs ~10 us to make)
-            T = cache.self_kv.size(4)
+            T = cache.self_kv.size(0)
             divisors = [length_penalty_divisor(i + 1, settings.length_penalty, settings.length_penalty_type)
                         for i in range(T)]
             cache.scalars = torch.arange(T), torch.tensor(divisors, dtype=torch.float64), torch.tensor(settings.min_len)
-            cache.lineage = torch.arange(cache.self_kv.size(2))[:, None].expand(-1, T).contiguous()
+            cache.lineage = torch.arange(bucket).expand(T, -1).contiguous()  # [T, bucket]
         steps, divisors, min_len = cache.scalars
-        *out, cache.lineage = run(
-            _padded(tokens, bucket, 0), cache.pos, cache.self_kv, cache.cross_kv, cache.memory_mask, cache.lineage,
+        out = run(
+            _padded(tokens, bucket, 0), cache.pos, cache.prefix(), cache.cross_kv, cache.memory_mask,
+            cache.prefix(cache.lineage),
             _padded(beam.scores, bucket, float("-inf")), _padded(beam.finished.best, bucket // K, float("-inf")),
             _padded(beam.limit, bucket // K, 0), _padded(beam.row_limit, bucket, 0), steps[t], divisors[t], min_len)
         cache.pos += 1

@@ -109,20 +109,33 @@ def step_log_probs(logits: Tensor, at_limit: Tensor | None, bos: int, eos: int, 
     return logprobs
 
 
-def step_logits(logits: Tensor, at_limit: Tensor, bos: int, eos: int, pad: int,
-                too_short: Tensor) -> tuple[Tensor, Tensor]:
+# the rows of impossible_tokens: a row's kind at a step
+STEP, TOO_SHORT, AT_LIMIT = 0, 1, 2
+
+
+def impossible_tokens(vocab: int, bos: int, eos: int, pad: int) -> Tensor:
+    """[3, vocab] float32, 0 where a token is possible and -inf where it is not, per kind of row (STEP: PAD and BOS
+    impossible; TOO_SHORT: EOS too; AT_LIMIT: all but EOS): the masks of step_log_probs as a table that a compiled
+    step adds to its logits (step_logits)."""
+    table = torch.zeros(3, vocab)
+    table[:, [pad, bos]] = float("-inf")
+    table[TOO_SHORT, eos] = float("-inf")
+    table[AT_LIMIT] = float("-inf")
+    table[AT_LIMIT, eos] = 0.0
+    return table
+
+
+def step_logits(logits: Tensor, at_limit: Tensor, too_short: Tensor, impossible: Tensor) -> tuple[Tensor, Tensor]:
     """step_log_probs in two parts, for a compiled step: the float32 logits [N, V] with the same tokens impossible
     (-inf), and each row's log-normaliser [N] (the logsumexp over the whole vocabulary), so that step_log_probs
     equals `masked - lse[:, None]`. Beam search ranks `masked + (score - lse)` as it ranks `logprobs + score` (the
     same sum, rounded in another order), and Inductor then reads the logits three times (max, sum of exp, the beam
-    rule's group maxima) and writes no [N, V] log-probabilities. One mask, not column writes: a compiled program
-    makes each write into a column a pass over the whole tensor. at_limit [N], too_short a 0-d bool tensor."""
+    rule's group maxima) and writes no [N, V] log-probabilities. The mask is a row of `impossible`
+    (impossible_tokens) added: one load per entry, where masks built from token ids cost a compiled program ~30
+    vector operations per 16 entries. at_limit [N], too_short a 0-d bool tensor."""
     logits = logits.float()
-    ids = torch.arange(logits.size(-1), device=logits.device)
-    is_eos = ids.eq(eos)
-    impossible = ((ids.eq(pad) | ids.eq(bos))[None, :] | (at_limit[:, None] & ~is_eos)
-                  | ((too_short & ~at_limit)[:, None] & is_eos))
-    return logits.masked_fill(impossible, float("-inf")), logits.logsumexp(dim=-1)
+    kind = torch.where(at_limit, AT_LIMIT, too_short.long())  # [N]: TOO_SHORT is 1
+    return logits + impossible[kind], logits.logsumexp(dim=-1)
 
 
 def step_attention(attention: Tensor | None, layer: int) -> Tensor | None:

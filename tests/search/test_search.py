@@ -11,7 +11,14 @@ import torch
 from nmt import kernels, search
 from nmt.model import Transformer
 from nmt.search import SearchSettings
-from nmt.search.scoring import Hypothesis, length_normalized, max_lengths, step_log_probs, step_logits
+from nmt.search.scoring import (
+    Hypothesis,
+    impossible_tokens,
+    length_normalized,
+    max_lengths,
+    step_log_probs,
+    step_logits,
+)
 from nmt.search.static import StaticDecoder
 from tests.helpers.hypotheses import assert_same
 from tests.helpers.tables import (
@@ -216,12 +223,13 @@ def test_the_grouped_top_k_finds_the_hypotheses_of_a_plain_top_k(vocab, static, 
 
 @pytest.mark.parametrize("too_short", [False, True])
 def test_masked_logits_minus_their_normaliser_are_the_steps_log_probabilities(too_short):
-    """step_logits (the compiled beam step's form) makes the same tokens impossible as step_log_probs: PAD and BOS
-    always, EOS while too short unless at the limit, everything but EOS at the limit."""
+    """step_logits (the compiled beam step's form, its masks a row of impossible_tokens) makes the same tokens
+    impossible as step_log_probs: PAD and BOS always, EOS while too short unless at the limit, everything but EOS at
+    the limit."""
     logits = torch.randn(6, 11, generator=torch.Generator().manual_seed(0)) * 4
     at_limit = torch.tensor([False, True, False, True, False, False])
     want = step_log_probs(logits, at_limit, 2, 3, 0, too_short=torch.tensor(too_short))
-    masked, lse = step_logits(logits, at_limit, 2, 3, 0, too_short=torch.tensor(too_short))
+    masked, lse = step_logits(logits, at_limit, torch.tensor(too_short), impossible_tokens(11, 2, 3, 0))
     torch.testing.assert_close(masked - lse[:, None], want)
     assert masked[1].isfinite().tolist() == [i == 3 for i in range(11)]  # at the limit: EOS alone
     assert masked[0, 3].isfinite().item() is not too_short and masked[:, [0, 2]].isinf().all()
