@@ -173,7 +173,7 @@ class MultiHeadAttention(nn.Module):
             weights = None
         B, T, _ = query.shape
         out = self.out_proj(out.transpose(1, 2).reshape(B, T, -1))  # Concat(head_1..head_H) W^O
-        if need_weights and weights.size(0) < B:  # [B', H, G*T, S] -> [B, H, T, S]
+        if need_weights and weights is not None and weights.size(0) < B:  # [B', H, G*T, S] -> [B, H, T, S]
             weights = weights.unflatten(2, (-1, T)).transpose(1, 2).flatten(0, 1)
         return out, weights if need_weights else None
 
