@@ -121,13 +121,13 @@ def _at_position(pos: Tensor, capacity: int) -> Tensor:
 
 
 def self_cache(cross_kv: Tensor, positions: int, rows: int) -> Tensor:
-    """The keys/values of `rows` rows at `positions` positions, [T, L, 2, N, H, Dh] (the layers, heads and dtype of
-    cross_kv [L, 2, B, H, S, Dh]), uninitialised but for positions 0 and 1. A step reads the positions up to its own
-    and at least two (StaticCache.prefix), so position 1 is the only one read, masked, before it is written: zeros
-    there, as garbage times its zero weight could be NaN. (Zeros everywhere: a base model's cache at 32 sentences
-    is ~40 MB to write before the first step.)"""
+    """The keys/values of `rows` rows at `positions` positions (at least 2), [T, L, 2, N, H, Dh] (the layers, heads
+    and dtype of cross_kv [L, 2, B, H, S, Dh]), uninitialised but for positions 0 and 1. A step reads the positions
+    up to its own and at least two (StaticCache.prefix), so position 1 is the only one read, masked, before it is
+    written: zeros there, as garbage times its zero weight could be NaN. (Zeros everywhere: a base model's cache at
+    32 sentences is ~40 MB to write before the first step.)"""
     L, _, _, H, _, Dh = cross_kv.shape
-    kv = cross_kv.new_empty(positions, L, 2, rows, H, Dh)
+    kv = cross_kv.new_empty(max(positions, 2), L, 2, rows, H, Dh)
     kv[:2].zero_()
     return kv
 

@@ -68,6 +68,7 @@ def eager_and_compiled(translator, lines, **decode):
     (FOUR, dict(beam=2)),
     (FOUR, dict(beam=2, nbest=2, length_penalty=1.0)),
     (FOUR, dict(beam=2, min_len=12)),
+    (FOUR, dict(beam=2, max_len_a=0.0, max_len_b=0)),  # every output empty: a one-position search
     (THREE, dict(beam=2, nbest=2)),
     (LINES * 4, dict(beam=1, max_len_a=0.0, max_len_b=4)),  # greedy, cut at 4 tokens
     (THREE * 2, dict(beam=1)),  # 6 rows padded to 8
