@@ -266,17 +266,12 @@ class PaddedCache(StaticCache):
         return torch.cat([super().rows_after(parents), spare])
 
 
-def _padded(x: Tensor, size: int, value: float) -> Tensor:
-    """x along its first dimension up to `size`, filled with `value`, contiguous: a package reads its inputs in the
+def _padded(x: Tensor, size: int, value: float, dim: int = 0) -> Tensor:
+    """x along dimension `dim` up to `size`, filled with `value`, contiguous: a package reads its inputs in the
     layout it was compiled for and checks none (a row limit expanded from one value has stride 0)."""
-    return x.contiguous() if x.size(0) == size else torch.cat([x, x.new_full((size - x.size(0), *x.shape[1:]), value)])
-
-
-def _padded_kv(kv: Tensor, size: int) -> Tensor:
-    """Keys/values [L, 2, B, ...] along B up to `size` with zeros."""
-    if kv.size(2) == size:
-        return kv
-    return torch.cat([kv, kv.new_zeros(*kv.shape[:2], size - kv.size(2), *kv.shape[3:])], dim=2)
+    if x.size(dim) == size:
+        return x.contiguous()
+    return torch.cat([x, x.new_full((*x.shape[:dim], size - x.size(dim), *x.shape[dim + 1:]), value)], dim=dim)
 
 
 class CompiledDecoder(StaticDecoder):
@@ -352,7 +347,7 @@ class CompiledDecoder(StaticDecoder):
     def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int, rows: int = 1) -> PaddedCache:
         """The static cache of `rows` rows per sentence, in a bucket's rows (nmt.search.static)."""
         B, bucket = src_pad_mask.size(0), rows_bucket(src_pad_mask.size(0), rows)
-        cross_kv = _padded_kv(self.cross_kv(memory), bucket // rows)
+        cross_kv = _padded(self.cross_kv(memory), bucket // rows, 0.0, dim=2)  # [L, 2, B, H, S, Dh]
         return PaddedCache(static.self_cache(cross_kv, max_len, bucket), cross_kv,
                            _padded(~src_pad_mask[:, None, None], bucket // rows, True), B * rows)
 

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 class StaticCache:
     """Keys/values of N rows (`rows` per sentence) at T positions, and the source's, one copy per sentence.
 
-    self_kv:     [T, L, 2, N, H, Dh] every position's keys/values (zeros where not yet written).
+    self_kv:     [T, L, 2, N, H, Dh] every position's keys/values (unwritten ones never read: self_cache).
     cross_kv:    [L, 2, B, H, S, Dh] the B sentences' sources', computed once (`StaticDecoder.init_cache`); a
                  sentence's rows read it together (nmt.model.MultiHeadAttention), from one copy.
     memory_mask: [B, 1, 1, S] True where the source token is real.
