@@ -198,7 +198,7 @@ def main() -> None:
     delay = [] if args.max_delay_ms is None else ["--set", f"serve.max_delay_ms={args.max_delay_ms}"]
     servers = {"batched": Served(args, *delay), "unbatched": Served(args, "--set", "serve.batching=false")}
     if args.compile:
-        precompile(args, lines)
+        precompile(args)
         servers["compiled"] = Served(args, *delay, "--compile")
     contestants: dict[str, Callable[[list[str]], Run]] = {
         "offline": lambda xs: offline(translator, xs),
@@ -262,15 +262,17 @@ def main() -> None:
                      for c in clients]))
 
 
-def precompile(args: argparse.Namespace, lines: list[str]) -> None:
-    """The compiled server's packages, built here (beside the checkpoint, where the server finds them): one batch
-    of each number of sentences that runs compiled (1, 2, 4 ... up to nmt.search.compiled's MAX_ROWS rows)."""
+def precompile(args: argparse.Namespace) -> None:
+    """The compiled server's packages, built here (beside the checkpoint, where the server finds them): those of
+    each number of sentences that runs compiled (1, 2, 4 ... up to nmt.search.compiled's MAX_ROWS rows), on one
+    thread and on --threads (nmt.threads.FreeCores may run a batch on either)."""
     translator = Translator.load(args.checkpoint, opts=ModelOptions(dtype=args.dtype, config_given=False,
                                                                     compile=True))
     translator.compiled.announce = lambda message: print(message, file=sys.stderr, flush=True)
     n = 1
     while translator.compiled.pays(n, translator.decode.beam):
-        translator.translate_chunk(lines[:n])
+        for threads in {1, args.threads}:
+            translator.compiled.prepare(n, translator.decode.beam, translator.special, threads)
         n *= 2
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -41,6 +40,7 @@ from torch import Tensor, nn
 from nmt.int8 import FbgemmInt8Linear, Int8WeightLinear, fbgemm_layers, packed_as_inputs
 from nmt.search import static
 from nmt.search.beam import Beam, Chosen, beam_rule
+from nmt.search.package_store import load, prune
 from nmt.search.scoring import Move, impossible_tokens, length_penalty_divisor, step_logits
 from nmt.search.settings import SearchSettings
 from nmt.search.static import StaticCache, StaticDecoder, cross_keys_values, decoder_step, next_lineage, static_step
@@ -137,32 +137,6 @@ class _Encode(_Program):
             return cross_keys_values(self.model, memory), src_pad_mask
 
 
-def package_dir(checkpoint: Path | None) -> Path:
-    """Where a checkpoint's packages are kept: `<checkpoint>.compiled/` beside it where that can be written, else a
-    directory of its own (named by its path) in the user's cache, `$XDG_CACHE_HOME/nmt/compiled` (by default
-    ~/.cache/nmt/compiled). One checkpoint path per directory: a package built there replaces its stale twins
-    (prune)."""
-    if checkpoint is not None:
-        beside = Path(checkpoint).with_name(Path(checkpoint).name + ".compiled")
-        if os.access(beside if beside.exists() else beside.parent, os.W_OK):
-            return beside
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nmt" / "compiled"
-    owner = hashlib.sha256(str(Path(checkpoint).resolve()).encode()).hexdigest()[:16] if checkpoint else "unnamed"
-    return cache / owner
-
-
-def prune(directory: Path, prefix: str, keep: Path) -> list[Path]:
-    """Remove the packages named `prefix` (a kind, weights and shape) in `directory` but `keep`: built from what the
-    checkpoint at this path held before, or by other code or another torch, none of them is loaded again (a package
-    holds its weights: about 100 MB for a base model's step). A process that loaded one keeps it (unlinked, still
-    open). Returns what was removed."""
-    name = re.compile(rf"{re.escape(prefix)}-[0-9a-f]{{16}}\.pt2")  # not another build's temporary file
-    stale = [p for p in directory.glob(f"{prefix}-*.pt2") if p != keep and name.fullmatch(p.name)]
-    for path in stale:
-        path.unlink(missing_ok=True)
-    return stale
-
-
 def package_key(model: nn.Module, kind: str, rows: int, threads: int) -> str:
     """What a package is built from, hashed: its weights, the code of the model's modules (nmt.model's, nmt.kernels'
     Int8WeightLinear, torch's), of the step and of the search, its kind (the step, or a beam step with its beam and
@@ -234,22 +208,6 @@ def build(module: _Program, inputs: tuple[Tensor, ...], threads: int, path: Path
         torch.set_num_threads(wanted)
 
 
-def load(path: Path) -> Any:
-    """The package's loader, called flat (`boxed_run`: a list of tensors in, a list out). Not through
-    torch._inductor.aoti_load_package: importing torch._inductor takes seconds at every start, and the loaded model's
-    __call__ parses its input and output specification from JSON at every step (about a quarter of a millisecond).
-    Inductor's AMX micro-kernels need the process to have asked Linux for the AMX registers (which importing
-    torch._inductor, or a oneDNN bf16 or int8 call, does on the way): without it a package autotuned to them dies of
-    SIGILL at its first call, so it is asked here (a no-op on CPUs without AMX)."""
-    init_amx = getattr(torch.cpu, "_init_amx", None)
-    if init_amx is not None:
-        init_amx()
-    try:
-        return torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
-    except (AttributeError, RuntimeError, TypeError):  # another torch's loader: its public way
-        return importlib.import_module("torch._inductor").aoti_load_package(str(path)).loader
-
-
 class PaddedCache(StaticCache):
     """A StaticCache of `bucket` rows of which the first `rows` are the search's; `lineage` [T, bucket]: where a
     beam step's rows read their positions (nmt.search.static.next_lineage)."""
@@ -284,6 +242,7 @@ class CompiledDecoder(StaticDecoder):
         super().__init__(model)
         self.directory, self.announce = Path(directory), announce
         self.runners: dict[tuple[str, int, int], Callable[..., Any]] = {}
+        self.stand_ins: set[tuple[str, int, int]] = set()  # runners of a package built for other threads
         self.step_bytes = step_bytes(model)
         # in a package's name: the float32 and the int8 weights of one checkpoint are packages apart (prune)
         int8 = (FbgemmInt8Linear, Int8WeightLinear)
@@ -297,7 +256,8 @@ class CompiledDecoder(StaticDecoder):
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src [B, S] -> every decoder layer's cross-attention keys/values [L, 2, B, H, S, Dh] in the place of the
         encoder's output (the search only hands it to init_cache, and cross_kv passes it on), and src_pad_mask."""
-        run = self.runner(0, self.encoder_threads(src.size(0), torch.get_num_threads()), encoder=True)
+        run = self.runner(0, self.encoder_threads(src.size(0), torch.get_num_threads()), encoder=True,
+                          exact=False)
         cross_kv, src_pad_mask = run(src.contiguous())
         return cross_kv, src_pad_mask
 
@@ -318,22 +278,44 @@ class CompiledDecoder(StaticDecoder):
         return memory  # encode computed them
 
     def runner(self, rows: int, threads: int, K: int | None = None, special: Any = None,
-               encoder: bool = False) -> Callable[..., Any]:
+               encoder: bool = False, exact: bool = True) -> Callable[..., Any]:
         """The loaded package for `rows` rows (a bucket) on `threads` threads: the decoder's step, with K (and the
         tokenizer's `special` ids) a beam step, with `encoder` the encoder (any batch: rows 0). From disk, or
-        compiled first. Called with the inputs' tensors, it returns a list of the outputs'."""
+        compiled first. Not `exact` (a search's), a package of these rows built for another thread count stands in
+        rather than the search stopping for a minute to compile: FreeCores changes the count with the machine's
+        load, and a package runs on any (it is tuned for its own). Called with the inputs' tensors, it returns a
+        list of the outputs'."""
         kind = "encode" if encoder else "step" if K is None else f"beam{K}-{special.bos}.{special.eos}.{special.pad}"
-        if (kind, rows, threads) not in self.runners:
-            prefix = f"{kind}-{self.weights}-{rows}rows-{threads}t" if rows else f"{kind}-{self.weights}-{threads}t"
-            path = self.directory / f"{prefix}-{package_key(self.model, kind, rows, threads)}.pt2"
-            if not path.exists():
+        key = (kind, rows, threads)
+        if key not in self.runners or (exact and key in self.stand_ins):
+            path = self._path(kind, rows, threads)
+            stand_in = None if path.exists() or exact else self._built_for_other_threads(kind, rows, threads)
+            if stand_in is None and not path.exists():
                 what = "encoder" if encoder else f"decoder's {kind} for {rows} rows"
                 self.announce(f"compiling the {what} on {threads} thread(s), once: {path}")
                 build(self._module(kind, K, special), self._inputs(kind, rows, K), threads, path, self.packed)
-                prune(self.directory, prefix, path)
-            boxed_run, packed = load(path).boxed_run, self.packed
-            self.runners[kind, rows, threads] = lambda *tensors: boxed_run([*tensors, *packed])
-        return self.runners[kind, rows, threads]
+                prune(self.directory, self._prefix(kind, rows, threads), path)
+            (self.stand_ins.add if stand_in else self.stand_ins.discard)(key)
+            boxed_run, packed = load(stand_in or path).boxed_run, self.packed
+            self.runners[key] = lambda *tensors: boxed_run([*tensors, *packed])
+        return self.runners[key]
+
+    def _prefix(self, kind: str, rows: int, threads: int) -> str:
+        return f"{kind}-{self.weights}-{rows}rows-{threads}t" if rows else f"{kind}-{self.weights}-{threads}t"
+
+    def _path(self, kind: str, rows: int, threads: int) -> Path:
+        key = package_key(self.model, kind, rows, threads)
+        return self.directory / f"{self._prefix(kind, rows, threads)}-{key}.pt2"
+
+    def _built_for_other_threads(self, kind: str, rows: int, threads: int) -> Path | None:
+        """This checkpoint's package of `kind` and `rows` for the nearest other thread count, if one is on disk."""
+        counts = range(1, max(threads, os.cpu_count() or 1) + 1)
+        for other in sorted((t for t in counts if t != threads), key=lambda t: abs(t - threads)):
+            if any(self.directory.glob(f"{self._prefix(kind, rows, other)}-*.pt2")):
+                path = self._path(kind, rows, other)  # named by these weights and this code, or stale
+                if path.exists():
+                    return path
+        return None
 
     def _module(self, kind: str, K: int | None, special: Any) -> nn.Module:
         if kind == "encode":
@@ -357,7 +339,7 @@ class CompiledDecoder(StaticDecoder):
             raise ValueError("the compiled step gives no attention: decode with the model itself")
         self._check_room(cache)
         bucket = cache.self_kv.size(3)
-        run = self.runner(bucket, threads_for(bucket, torch.get_num_threads(), self.step_bytes))
+        run = self.runner(bucket, threads_for(bucket, torch.get_num_threads(), self.step_bytes), exact=False)
         logits = run(_padded(tokens, bucket, 0), cache.pos, cache.prefix(), cache.cross_kv, cache.memory_mask)[0]
         cache.pos += 1
         cache.step += 1
@@ -369,7 +351,8 @@ class CompiledDecoder(StaticDecoder):
         beam rule, the cache's reorder. Its sentences are padded to the bucket's (scores -inf, done at once)."""
         self._check_room(cache)
         K, B, bucket = beam.K, beam.limit.numel(), cache.self_kv.size(3)
-        run = self.runner(bucket, threads_for(bucket, torch.get_num_threads(), self.step_bytes), K, special)
+        run = self.runner(bucket, threads_for(bucket, torch.get_num_threads(), self.step_bytes), K, special,
+                          exact=False)
         if cache.scalars is None:  # every step's t and length penalty, made once (a tensor costs ~10 us to make)
             T = cache.self_kv.size(0)
             divisors = [length_penalty_divisor(i + 1, settings.length_penalty, settings.length_penalty_type)

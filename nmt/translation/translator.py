@@ -30,7 +30,8 @@ from nmt.errors import NmtError
 from nmt.log import console
 from nmt.precision import for_inference, prepare
 from nmt.search import Hypothesis, SearchSettings, generated_tokens, run
-from nmt.search.compiled import CompiledDecoder, package_dir
+from nmt.search.compiled import CompiledDecoder
+from nmt.search.package_store import package_dir
 from nmt.threads import FreeCores
 from nmt.tokenizer import Tokenizer
 from nmt.translation import terminology

@@ -21,7 +21,8 @@ import torch
 from nmt import search
 from nmt.errors import NmtError
 from nmt.search import SearchSettings, compiled
-from nmt.search.compiled import CompiledDecoder, package_dir, rows_bucket, threads_for
+from nmt.search.compiled import CompiledDecoder, rows_bucket, threads_for
+from nmt.search.package_store import package_dir, prune
 from nmt.translation.translator import ModelOptions, Translator
 from tests.helpers.hypotheses import assert_same
 from tests.helpers.paths import DEMO_MODEL, ROOT
@@ -115,7 +116,7 @@ def test_a_new_package_removes_its_stale_twins_and_nothing_else(tmp_path):
     new, old = package(f"step-8rows-1t-{'a' * 16}.pt2"), package(f"step-8rows-1t-{'b' * 16}.pt2")
     others = [package(f"step-8rows-2t-{'b' * 16}.pt2"), package(f"step-16rows-1t-{'b' * 16}.pt2"),
               package(f"beam2-2.3.0-8rows-1t-{'b' * 16}.pt2"), package(f"step-8rows-1t-{'c' * 16}x1y2z3.pt2")]
-    assert compiled.prune(tmp_path, "step-8rows-1t", new) == [old]
+    assert prune(tmp_path, "step-8rows-1t", new) == [old]
     assert sorted(tmp_path.iterdir()) == sorted([new, *others])
 
 
@@ -198,3 +199,32 @@ def test_sources_of_other_lengths_decode_the_same_in_sentences_padded_to_a_bucke
     with torch.inference_mode():
         assert_same(search.run(decoder, src, settings, special), search.run(translator.model, src, settings, special))
     assert isinstance(decoder, CompiledDecoder) and translator.said == []
+
+
+def test_a_search_takes_a_package_built_for_other_threads_rather_than_stop_to_compile(checkpoint, tmp_path,
+                                                                                      monkeypatch):
+    """FreeCores changes a batch's thread count with the machine's load: a search whose packages exist for one
+    thread only runs them on two (the same hypotheses) rather than stop for a minute to compile; prepare (a bench's
+    or a server's warm-up) builds the exact ones, which then replace the stand-ins."""
+    directory = tmp_path / "packages"
+    shutil.copytree(package_dir(checkpoint), directory)  # the fixture's packages, built for one thread
+    translator = Translator.load(checkpoint, None, ModelOptions(threads=1, config_given=False, compile=True))
+    said: list[str] = []
+    translator.compiled = CompiledDecoder(translator.compiled.model, directory, said.append)
+    monkeypatch.setattr(compiled, "threads_for", lambda rows, threads, weight_bytes: 2)
+    got, want = eager_and_compiled(translator, FOUR, beam=2)
+    assert_same([t.hypotheses for t in got], [t.hypotheses for t in want])
+    assert said == [] and translator.compiled.stand_ins == {("encode", 0, 2), ("beam2-2.3.0", 8, 2)}
+
+    built = []
+
+    def build(module, inputs, threads, path, packed=()):  # the one-thread twin copied: no minute-long compile
+        built.append(path.name.rsplit("-", 1)[0])
+        shutil.copy(next(directory.glob(path.name.rsplit("-", 2)[0] + "-1t-*.pt2")), path)
+
+    monkeypatch.setattr(compiled, "build", build)
+    translator.compiled.prepare(4, 2, translator.special, 2)
+    assert built == ["encode-fp32-2t", "beam2-2.3.0-fp32-8rows-2t"] and len(said) == 2
+    assert translator.compiled.stand_ins == set()
+    got, _ = eager_and_compiled(translator, FOUR, beam=2)
+    assert_same([t.hypotheses for t in got], [t.hypotheses for t in want])

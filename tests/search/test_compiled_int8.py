@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from nmt import int8, search
-from nmt.search import SearchSettings, compiled
+from nmt.search import SearchSettings, compiled, package_store
 from nmt.search.compiled import CompiledDecoder
 from nmt.search.static import cross_keys_values
 from nmt.translation.translator import ModelOptions, Translator
@@ -94,5 +94,5 @@ def test_loading_a_package_first_asks_linux_for_the_amx_registers(monkeypatch, t
     asked = []
     monkeypatch.setattr(torch.cpu, "_init_amx", lambda: asked.append(True) or False, raising=False)
     with pytest.raises(Exception):  # noqa: B017 (no package there: either loader's error)
-        compiled.load(tmp_path / "missing.pt2")
+        package_store.load(tmp_path / "missing.pt2")
     assert asked == [True]
