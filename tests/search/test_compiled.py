@@ -204,8 +204,8 @@ def test_sources_of_other_lengths_decode_the_same_in_sentences_padded_to_a_bucke
 def test_a_search_takes_a_package_built_for_other_threads_rather_than_stop_to_compile(checkpoint, tmp_path,
                                                                                       monkeypatch):
     """FreeCores changes a batch's thread count with the machine's load: a search whose packages exist for one
-    thread only runs them on two (the same hypotheses) rather than stop for a minute to compile; prepare (a bench's
-    or a server's warm-up) builds the exact ones, which then replace the stand-ins."""
+    thread only runs them when two are asked for (the same hypotheses) rather than stop a minute to compile; prepare (a
+    bench's or a server's warm-up) builds the exact ones, which then replace the stand-ins."""
     directory = tmp_path / "packages"
     shutil.copytree(package_dir(checkpoint), directory)  # the fixture's packages, built for one thread
     translator = Translator.load(checkpoint, None, ModelOptions(threads=1, config_given=False, compile=True))
