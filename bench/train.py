@@ -38,6 +38,7 @@ matrix products run in (bf16/fp16, or TF32 for fp32: training switches it on; be
 --peak-tflops for a GPU not listed) and the peak GPU memory of an update of ours. Every config's line gives the
 batch's padding efficiency (real tokens / padded slots, source and target). `--compile` runs ours through
 torch.compile (train.compile); `--own-settings` takes each config's train.max_tokens and train.compile;
+`--compile-mode reduce-overhead` compiles ours in that mode (train.compile_mode: CUDA graphs);
 `--compile-loss` runs ours' loss compiled (train.compile_loss: nmt.loss_compiled); `--packed` adds "ours-packed":
 ours on the same sentences packed end to end in one row of max_tokens + 1 (train.packed: no padding, varlen
 FlashAttention on a GPU; on a CPU a dense mask, slow by construction):
@@ -58,10 +59,12 @@ from common import BOS, PAD, OtherLoad, experiment, interleaved, marian, median,
 from gpu import check_dtype, device_from, device_label, mfu, resolve_peak, synced, train_flops
 
 from nmt import kernels
+from nmt.config.experiment import COMPILE_MODES
 from nmt.data.batching import Batch
 from nmt.data.packing import collate_packed
 from nmt.loss import label_smoothed_loss, target_positions
 from nmt.precision import Precision, prepare
+from nmt.train.compiling import compile_for_training
 from nmt.train.optim import adam
 from nmt.train.state import SkippedUpdate
 from nmt.train.update import decides_on_device, finish_update, grad_scaler, piece_backward, piece_loss, queue_update
@@ -139,17 +142,22 @@ def marian_forward(model, batch: Batch):
                  use_cache=False).logits
 
 
+def compiled_forward(model: torch.nn.Module, args):
+    """The model through torch.compile in --compile-mode, as `nmt train` compiles it (train.compile_mode)."""
+    return compile_for_training(model, model.parameters(), args.compile_mode)
+
+
 def contestants_of(cfg, args, device: torch.device, gpu: bool, batch: Batch, compiled: bool) -> dict:
     """label -> its update, each model with its own Adam; `gpu`: no ours-mkl (a CPU question); `compiled`: ours
     through torch.compile, as `nmt train` with train.compile."""
     fp32 = Precision("fp32")  # fp32 weights; bf16/fp16 are autocast, as nmt train
     ours_model = prepare(ours(cfg, args.vocab), device, fp32, training=True)
-    ours_fn = partial(ours_loss, forward=torch.compile(ours_model) if compiled else None,
+    ours_fn = partial(ours_loss, forward=compiled_forward(ours_model, args) if compiled else None,
                       compiled_loss=args.compile_loss)
     models = [("ours", ours_model, ours_fn, batch)]
     if args.packed:
         packed_model = prepare(ours(cfg, args.vocab), device, fp32, training=True)
-        packed_fn = partial(ours_loss, forward=torch.compile(packed_model) if compiled else None,
+        packed_fn = partial(ours_loss, forward=compiled_forward(packed_model, args) if compiled else None,
                             compiled_loss=args.compile_loss)
         models.append(("ours-packed", packed_model, packed_fn, packed_batch(batch.to("cpu"), device)))
     if not gpu:  # torch's F.linear instead of our oneDNN kernels
@@ -180,7 +188,7 @@ def peak_memory(update, device: torch.device) -> float | None:
 def own_batch(name: str, args) -> tuple[int, bool]:
     """(max_tokens, compile) of a config's row: --own-settings takes each config's train section's."""
     if not args.own_settings:
-        return args.max_tokens, args.compile
+        return args.max_tokens, args.compile or args.compile_mode != "default"
     train = experiment(name).train
     return train.max_tokens, train.compile
 
@@ -198,7 +206,8 @@ def bench(name: str, args, device: torch.device, gpu: bool, given_peak: float | 
     print(f"{name}: d_model {cfg.d_model}, heads {cfg.n_heads}, d_ff {cfg.d_ff}, layers "
           f"{cfg.encoder_layers}+{cfg.decoder_layers}, pre_norm {cfg.pre_norm}, batch {tuple(batch.src.shape)} "
           f"-> {tuple(batch.tgt_in.shape)}, {batch.n_tgt_tokens} target tokens, padding efficiency (real tokens / "
-          f"padded slots) source {src_eff:.1%}, target {tgt_eff:.1%}{', ours compiled' if compiled else ''}",
+          f"padded slots) source {src_eff:.1%}, target {tgt_eff:.1%}"
+          f"{f', ours compiled ({args.compile_mode})' if compiled else ''}",
           flush=True)
     timed = {k: synced(v, device) for k, v in contestants.items()} if gpu else contestants
     times = interleaved(timed, args.steps, args.warmup, clock=args.clock, pause=0.0 if gpu else 0.3)
@@ -240,6 +249,8 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=4096, help="padded target tokens per batch (rows x 32)")
     p.add_argument("--compile", action="store_true", help="ours through torch.compile, as `nmt train` with "
                                                           "train.compile (the peers eager)")
+    p.add_argument("--compile-mode", choices=COMPILE_MODES, default="default",
+                   help="torch.compile's mode for ours (train.compile_mode): reduce-overhead adds CUDA graphs")
     p.add_argument("--compile-loss", action="store_true", help="ours' loss chunks through torch.compile "
                                                                "(train.compile_loss)")
     p.add_argument("--packed", action="store_true", help="also ours on the same sentences packed (train.packed)")

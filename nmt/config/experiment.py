@@ -89,6 +89,10 @@ class TrainConfig:
     amp: str = "auto"
     threads: int = 0  # CPU threads (0 = torch default)
     compile: bool = False  # torch.compile the model: on a GPU faster updates after a compile of about a minute
+    # torch.compile's mode: default | reduce-overhead (adds CUDA graphs: each forward and backward replayed as one
+    # launch; with train.packed one recording serves the run) | max-autotune | max-autotune-no-cudagraphs
+    # (nmt.train.compiling; on a CPU the CUDA graph modes compile as default does)
+    compile_mode: str = "default"
     # the loss's chunks as one torch.compile'd function of a fixed shape (nmt.loss_compiled): fused passes over the
     # bf16 logits, no index_add_; for a GPU (on a CPU ~0.6x the eager loss's time, after ~30 s of compiling)
     compile_loss: bool = False
@@ -331,6 +335,8 @@ def check_model(m: ModelConfig) -> None:
 
 ACTIVATIONS = ("relu", "gelu", "swish")
 LENGTH_PENALTY_TYPES = ("gnmt", "average")  # the forms nmt.search.scoring.length_penalty_divisor computes
+# torch.compile's modes (train.compile_mode; nmt.train.compiling says which record CUDA graphs)
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def check_train(t: TrainConfig) -> None:
@@ -340,6 +346,7 @@ def check_train(t: TrainConfig) -> None:
         (t.max_tokens > 0, "train.max_tokens must be > 0"),
         (t.update_freq >= 1, "train.update_freq must be >= 1"),
         (t.length_multiple >= 1, "train.length_multiple must be >= 1"),
+        (t.compile_mode in COMPILE_MODES, f"train.compile_mode must be {'|'.join(COMPILE_MODES)}"),
         (t.max_updates >= 0, "train.max_updates must be >= 0"),
         (t.max_minutes >= 0, "train.max_minutes must be >= 0"),
         (t.lr > 0, "train.lr must be > 0"),

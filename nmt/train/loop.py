@@ -36,6 +36,7 @@ from nmt.tokenizer import Tokenizer
 from nmt.train import distributed
 from nmt.train import state as trainstate
 from nmt.train.budget import TimeBudget
+from nmt.train.compiling import CompileWatch, compile_for_training
 from nmt.train.late import LateUpdates
 from nmt.train.oom import SplitOnOOM
 from nmt.train.optim import adam, learning_rate
@@ -61,31 +62,6 @@ def fine_tuning_start(cfg: Config, data: DataDir, tokenizer: Tokenizer) -> dict[
 # after the model is on its device and in its training form, before the optimizer, DDP and the weights of a resume
 # or train.init_from. It must keep the state dict's keys, so that checkpoints stay in the normal format.
 ModelTransform = Callable[[Transformer], nn.Module]
-
-
-def compiled_graphs() -> int:
-    """The graphs torch.compile has built in this process: a new one means a batch of a shape (or a dynamic range)
-    that the graphs before it did not serve."""
-    from torch._dynamo.utils import counters
-
-    return int(counters["stats"]["unique_graphs"])
-
-
-class CompileWatch:
-    """Logs each graph torch.compile builds (`info`): a few while the shapes it serves become dynamic, more when
-    batches' shapes keep surprising it (each a compile of seconds to a minute)."""
-
-    def __init__(self, info: Callable[[str], None], multiple: int):
-        self.info, self.multiple = info, multiple
-        self.graphs = compiled_graphs()  # this process's before this run's (tests train several in one)
-
-    def __call__(self, step: int, batch: Batch) -> None:
-        graphs = compiled_graphs()
-        if graphs > self.graphs:
-            self.graphs = graphs
-            self.info(f"torch.compile: graph {graphs} built at update {step} (a batch of {len(batch)} sentences, "
-                      f"source {batch.src.size(1)}, target {batch.tgt_in.size(1)} tokens; lengths padded to a "
-                      f"multiple of {self.multiple})")
 
 
 def unchanged(model: Transformer) -> nn.Module:
@@ -141,7 +117,7 @@ class Trainer:
         self.forward = self.ddp or self.model
         self.watch = None
         if t.compile:  # the model as a graph: fused kernels, fewer launches (shapes vary: it recompiles a few times)
-            self.forward = torch.compile(self.forward)
+            self.forward = compile_for_training(self.forward, self.model.parameters(), t.compile_mode)
             self.watch = CompileWatch(self.report.info, t.length_multiple)
         self.optimizer = adam(list(self.model.parameters()), lr=learning_rate(1, cfg), betas=tuple(t.betas),
                               eps=t.eps, weight_decay=t.weight_decay)

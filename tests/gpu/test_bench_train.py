@@ -39,7 +39,7 @@ def test_fp32_mfu_is_against_the_tf32_peak_once_tf32_is_on(tf32_restored):
 def bench_args(**kw) -> argparse.Namespace:
     base = dict(max_tokens=64, vocab=50, label_smoothing=0.1, dtype="fp32", marian_attn="sdpa", clip_norm=0.0,
                 compile=False, own_settings=False, steps=1, warmup=0, clock="wall", packed=False,
-                compile_loss=False)
+                compile_loss=False, compile_mode="default")
     return argparse.Namespace(**{**base, **kw})
 
 

@@ -16,7 +16,7 @@ import torch
 from nmt.data.batching import collate
 from nmt.data.packing import collate_packed
 from nmt.model import Transformer
-from nmt.train.loop import compiled_graphs
+from nmt.train.compiling import compiled_graphs
 from nmt.train.update import piece_loss
 from tests.helpers.batches import IDS, corpus
 from tests.helpers.cuda import CUDA_AVAILABLE
