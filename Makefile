@@ -84,8 +84,8 @@ bench-translate: $(STAMP)
 
 # The GPU loop, in <= 9 minutes on one H100: the tests marked gpu, then the benches on the GPU (training base and big
 # in bf16 at 16,384 tokens, the GPU configs at their own max_tokens with torch.compile, base in fp16, with MFU and
-# peak memory; decoding base in fp16 at batch 32 and 1 against CTranslate2 in float16, which is skipped with its
-# reason where it cannot load). 10 timed updates and 3 timed decoding calls per contestant: the GPU is steady.
+# peak memory; decoding base in fp16 at batch 32 and 1, its steps as CUDA graphs (--compile) and eager, against
+# CTranslate2 in float16, which is skipped with its reason where it cannot load). 10 timed updates and 3 timed decoding calls per contestant: the GPU is steady.
 gpu: $(STAMP)
 	@$(PYTHON) -c "import torch; assert torch.cuda.is_available()" 2>/dev/null \
 	  || { echo "make gpu: torch sees no CUDA GPU here (no GPU, or a CPU-only torch: install a CUDA build first)"; exit 1; }
@@ -94,17 +94,19 @@ gpu: $(STAMP)
 	$(PYTHON) bench/train.py --device cuda --configs base,big --dtype bf16 --vocab 32000 --max-tokens 16384 --steps 10
 	$(PYTHON) bench/train.py --device cuda --configs base-gpu,big-gpu --dtype bf16 --vocab 32000 --own-settings --steps 10
 	$(PYTHON) bench/train.py --device cuda --configs base --dtype fp16 --vocab 32000 --max-tokens 16384 --steps 10
-	$(PYTHON) bench/translate.py --device cuda --configs base --dtype fp16 --batches 32,1 --repeats 3
+	$(PYTHON) bench/translate.py --device cuda --configs base --dtype fp16 --batches 32,1 --repeats 3 --compile
 
 # issue 48's candidates on a GPU, one short run: their GPU tests (no host wait, varlen attention = padded), the
 # compiled loss alone, then ours padded and packed, model and loss compiled, beside Marian at the paper's batch
 gpu-mfu: $(STAMP)
 	@$(PYTHON) -c "import torch; assert torch.cuda.is_available()" 2>/dev/null || { echo "make gpu-mfu: no CUDA GPU"; exit 1; }
 	$(PIP) install -q -e ".[bench]"
-	$(PYTHON) -m pytest -m gpu -q tests/gpu/test_gpu_packed.py tests/gpu/test_gpu_update.py
+	$(PYTHON) -m pytest -m gpu -q tests/gpu/test_gpu_packed.py tests/gpu/test_gpu_update.py tests/gpu/test_gpu_graphs.py
 	$(PYTHON) bench/loss.py --device cuda --rows 25000 --dtypes bf16
 	$(PYTHON) bench/train.py --device cuda --configs base,big --dtype bf16 --vocab 32000 --max-tokens 25000 --steps 10 \
 	  --compile --compile-loss --packed
+	$(PYTHON) bench/train.py --device cuda --configs base --dtype bf16 --vocab 32000 --max-tokens 25000 --steps 10 \
+	  --compile-mode reduce-overhead --compile-loss --packed
 
 # Multi30k: prepare -> train (60-minute budget) -> translate test2016 -> score, timing each stage.
 M30_DATA := data/multi30k-$(SRC)-$(TGT)

@@ -100,6 +100,7 @@ from nmt import (
 from nmt.precision import Precision, prepare
 from nmt.search import SearchSettings, generated_tokens
 from nmt.search.compiled import CompiledDecoder
+from nmt.search.graphed import GraphedDecoder
 from nmt.threads import FreeCores
 
 BEAM, ALPHA = 4, 0.6
@@ -213,7 +214,7 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
         ours_model = kernels.swap_linears(ours_model) if args.unpacked else ours_model
     else:  # ours exactly as `nmt translate` runs it on this device
         ours_model = prepare(ours_model, device, precision, training=False)
-    compiled = compiled_decoder(plain, name, args) if plain is not None else None
+    compiled = compiled_decoder(plain, ours_model, name, args, device) if plain is not None else None
     if ct2 is None and use_ct2:
         print("ctranslate2 is not installed: skipping it (pip install ctranslate2)", file=sys.stderr)
     rows = []
@@ -224,7 +225,7 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
                "hf": hf_fn(hf_model, src, args.length, ids)}
         if small:  # ours as without --compile, for the ratio; compiled for every thread count first
             fns["eager"] = ours_fn(ours_model, src, args.length, ids, not args.fixed_threads)
-            for threads in {1, args.threads}:  # FreeCores may run it on 1
+            for threads in {1, args.threads} if isinstance(compiled, CompiledDecoder) else ():  # FreeCores: 1 too
                 compiled.prepare(batch, BEAM, ids, threads)
         if ct2 is not None and (ct2_run := ct2_fn(ct2, src, args.length, device, CT2_TYPES[args.dtype],
                                                   args.threads, args.clock, ids.pad, (BEAM, ALPHA))):
@@ -251,11 +252,14 @@ def bench(name: str, args, workdir: str, device: torch.device, gpu: bool) -> lis
     return rows
 
 
-def compiled_decoder(plain, name: str, args):
-    """Ours through nmt.search.compiled (--compile): its packages in --compile-dir, compiled there on first use."""
-
-    if args.dtype not in ("fp32", "int8") or args.device != "cpu":
-        raise SystemExit("error: --compile times float32 or int8 on the CPU")
+def compiled_decoder(plain, ours_model, name: str, args, device: torch.device):
+    """Ours with --compile, as nmt translate --compile: on a GPU its steps as CUDA graphs over ours' model
+    (nmt.search.graphed; recorded in the first, untimed, round), on the CPU through nmt.search.compiled (`plain`:
+    ours' model before prepare), its packages in --compile-dir, compiled there on first use."""
+    if device.type == "cuda":
+        return GraphedDecoder(ours_model)
+    if args.dtype not in ("fp32", "int8") or device.type != "cpu":
+        raise SystemExit("error: --compile times float32 or int8 on the CPU, or any dtype on a CUDA GPU")
     if args.dtype == "int8":  # as nmt translate --compile --quantize int8
         plain = int8.to_int8_weights(plain)
     announce = lambda message: print(f"{name}: {message}", flush=True)  # noqa: E731
@@ -315,7 +319,8 @@ def main() -> None:
                    help="fp32 or int8 on CPU: ours through its compiled decoder step where nmt translate --compile "
                         "uses it (int8: --compile --quantize int8's layers, nmt.int8.to_int8_weights) "
                         "(up to nmt.search.compiled's MAX_ROWS rows), with ours as without it beside (eager); packages "
-                        "compiled on first use into --compile-dir")
+                        "compiled on first use into --compile-dir; on a CUDA GPU (any dtype) ours' steps as CUDA "
+                        "graphs (nmt.search.graphed, as nmt translate --compile there)")
     p.add_argument("--compile-dir", default=str(Path.home() / ".cache" / "nmt" / "bench-compiled"),
                    help="where --compile keeps its packages (a second run loads them)")
     p.add_argument("--as-gpu", action="store_true", help=argparse.SUPPRESS)  # the GPU path on CPU: tests its logic

@@ -41,13 +41,14 @@ QuantizeOpt = Annotated[str | None, typer.Option(
     help="'int8': every Linear layer in int8 on the CPU (weights with a scale per output channel, activations "
          "quantized per call), faster; a few lines may translate differently.")]
 CompileOpt = Annotated[bool, typer.Option(
-    "--compile", help="CPU, float32 (or --quantize int8): the encoder and each step of greedy and beam search "
-                      "compiled (AOTInductor), several times faster at small batches. The first use of each row count "
-                      "compiles it (about a minute on two cores) and saves it beside the checkpoint "
-                      "(CHECKPOINT.compiled/), so later runs only load it. With --quantize int8 the compiled steps "
-                      "read int8 weights (their matrix multiplies take bf16 input). Batches of more than 16 rows "
-                      "(sentences x beam) and searches that need attention (--alignment, --attention, glossaries, "
-                      "documents) or sample run as without it.")]
+    "--compile", help="Each step of greedy and beam search as one call, several times faster at small batches. On "
+                      "a CPU (float32, or --quantize int8) the encoder and the steps are compiled (AOTInductor): the "
+                      "first use of each row count compiles it (about a minute on two cores) and saves it beside the "
+                      "checkpoint (CHECKPOINT.compiled/), so later runs only load it; with --quantize int8 the "
+                      "compiled steps read int8 weights (their matrix multiplies take bf16 input). On a CUDA GPU "
+                      "(any --dtype) each step is recorded once per batch shape as a CUDA graph and replayed. "
+                      "Batches of more than 128 rows (sentences x beam) and searches that need attention "
+                      "(--alignment, --attention, glossaries, documents) or sample run as without it.")]
 
 
 def print_error(message: str) -> None:

@@ -38,12 +38,9 @@ import torch
 from torch import Tensor, nn
 
 from nmt.int8 import FbgemmInt8Linear, Int8WeightLinear, fbgemm_layers, packed_as_inputs
-from nmt.search import static
-from nmt.search.beam import Beam, Chosen, beam_rule
 from nmt.search.package_store import load, prune
-from nmt.search.scoring import Move, impossible_tokens, length_penalty_divisor, step_logits
-from nmt.search.settings import SearchSettings
-from nmt.search.static import StaticCache, StaticDecoder, cross_keys_values, decoder_step, next_lineage, static_step
+from nmt.search.padded import PaddedCache, PaddedDecoder, Program, StepRunner, rows_bucket, step_program
+from nmt.search.static import cross_keys_values
 
 # Inductor's GEMM autotuning: its C++ micro-kernels where they beat ATen's, what makes the step fast; the environment's
 # NMT_COMPILE_AUTOTUNE=0 compiles in about half the time a package that runs slower
@@ -63,12 +60,6 @@ def pays(sentences: int, per: int) -> bool:
     return rows_bucket(sentences, per) <= MAX_ROWS
 
 
-def rows_bucket(sentences: int, per: int = 1) -> int:
-    """The rows of the package that serves `sentences` sentences of `per` rows each: `per` times the next power of
-    two."""
-    return per << max(0, sentences - 1).bit_length()
-
-
 def threads_for(rows: int, threads: int, weight_bytes: int) -> int:
     """The thread count a step of `rows` rows over `weight_bytes` of weights (step_bytes) runs, and is compiled,
     with, `threads` being the batch's."""
@@ -82,52 +73,7 @@ def step_bytes(model: nn.Module) -> int:
     return sum(w.numel() * w.element_size() for w in {id(w): w for w in weights}.values())
 
 
-class _Program(nn.Module):
-    """What torch.export captures of `model`: its weights the program's constants, except the packed weights of its
-    int8 layers (nmt.int8.FbgemmInt8Linear), handles to this process's memory, which are the program's last inputs
-    (`*packed`, in the order of nmt.int8.fbgemm_layers: CompiledDecoder.packed)."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-
-class _Step(_Program):
-    """static_step as a module."""
-
-    def forward(self, tokens: Tensor, pos: Tensor, self_kv: Tensor, cross_kv: Tensor, memory_mask: Tensor,
-                *packed: Tensor) -> Tensor:
-        with packed_as_inputs(packed):
-            return static_step(self.model, tokens, pos, self_kv, cross_kv, memory_mask)[0]
-
-
-class _BeamStep(_Program):
-    """One whole step of beam search, K beams per sentence: the decoder's step (decoder_step), the next-token
-    log-probabilities (step_logits), the beam rule (beam_rule) and the cache's reorder, with nothing in between on
-    the host. Its self_kv and lineage are the first P positions of the cache's (StaticCache.prefix): it writes this
-    step's keys/values into self_kv in place, each row's into its own place, and the next step's lineage over the
-    lineage (nmt.search.static.next_lineage: the reorder copies no keys or values), and returns beam_rule's Chosen
-    as a tuple."""
-
-    def __init__(self, model: nn.Module, K: int, bos: int, eos: int, pad: int):
-        super().__init__(model)
-        self.K, self.eos = K, eos
-        self.register_buffer("impossible", impossible_tokens(model.tgt_embed.num_embeddings, bos, eos, pad))
-
-    def forward(self, tokens: Tensor, pos: Tensor, self_kv: Tensor, cross_kv: Tensor, memory_mask: Tensor,
-                lineage: Tensor, scores: Tensor, best: Tensor, limit: Tensor, row_limit: Tensor, t: Tensor,
-                divisor: Tensor, min_len: Tensor, *packed: Tensor) -> tuple[Tensor, ...]:
-        with packed_as_inputs(packed):
-            logits, _, new = decoder_step(self.model, tokens, pos, self_kv, cross_kv, memory_mask, lineage=lineage)
-        # the beam rule over logit + (score - lse): logprob + score, the log-probabilities never written
-        masked, lse = step_logits(logits, row_limit.le(t), t < min_len, self.impossible)
-        chosen = beam_rule(masked, scores - lse, best, limit, t, divisor, self.K, self.K, self.eos)[0]
-        self_kv.index_copy_(0, pos[None], new)  # one position of each row: written in place, nothing else copied
-        lineage.copy_(next_lineage(lineage, chosen.parent_rows, pos))  # in place: the first P positions of the cache's
-        return tuple(chosen)
-
-
-class _Encode(_Program):
+class _Encode(Program):
     """The encoder and every decoder layer's cross-attention keys/values of its output, for any batch and source
     length: src [B, S] -> cross_kv [L, 2, B, H, S, Dh], src_pad_mask [B, S] (True: padding)."""
 
@@ -179,11 +125,12 @@ def free_dims(module: nn.Module, inputs: tuple[Tensor, ...]) -> tuple[dict[int, 
     return (None, None, {0: T}, {4: S}, {3: S}, *([{0: T}] if len(inputs) > 5 else []), *[None] * (len(inputs) - 6))
 
 
-def build(module: _Program, inputs: tuple[Tensor, ...], threads: int, path: Path,
+def build(module: Program, inputs: tuple[Tensor, ...], threads: int, path: Path,
           packed: Sequence[Tensor] = ()) -> None:
-    """Compile `module` (a _Step, _BeamStep or _Encode) for these inputs' shapes, the free_dims left free, and the
-    packed weights of its model's int8 layers (`packed`, the order of nmt.int8.fbgemm_layers), on `threads` threads,
-    into the package `path` (written whole, then renamed: a killed compile leaves no half package)."""
+    """Compile `module` (a StepProgram, BeamStepProgram or _Encode) for these inputs' shapes, the free_dims left
+    free, and the packed weights of its model's int8 layers (`packed`, the order of nmt.int8.fbgemm_layers), on
+    `threads` threads, into the package `path` (written whole, then renamed: a killed compile leaves no half
+    package)."""
     shapes = free_dims(module, inputs)
     if packed:  # export takes forward's *packed as one argument, of fixed shapes
         shapes = (*shapes, (None,) * len(packed))
@@ -208,31 +155,7 @@ def build(module: _Program, inputs: tuple[Tensor, ...], threads: int, path: Path
         torch.set_num_threads(wanted)
 
 
-class PaddedCache(StaticCache):
-    """A StaticCache of `bucket` rows of which the first `rows` are the search's; `lineage` [T, bucket]: where a
-    beam step's rows read their positions (nmt.search.static.next_lineage)."""
-
-    def __init__(self, self_kv: Tensor, cross_kv: Tensor, memory_mask: Tensor, rows: int):
-        super().__init__(self_kv, cross_kv, memory_mask)
-        self.rows = rows
-        self.lineage: Tensor | None = None  # made by the first beam step: greedy needs none
-        self.scalars: tuple[Tensor, Tensor, Tensor] | None = None  # a beam step's t, length penalty, min_len
-
-    def rows_after(self, parents: Tensor) -> Tensor:
-        """The search's rows as StaticCache has them, the padding rows after them staying where they are."""
-        spare = torch.arange(self.rows, self.self_kv.size(3), device=parents.device)
-        return torch.cat([super().rows_after(parents), spare])
-
-
-def _padded(x: Tensor, size: int, value: float, dim: int = 0) -> Tensor:
-    """x along dimension `dim` up to `size`, filled with `value`, contiguous: a package reads its inputs in the
-    layout it was compiled for and checks none (a row limit expanded from one value has stride 0)."""
-    if x.size(dim) == size:
-        return x.contiguous()
-    return torch.cat([x, x.new_full((*x.shape[:dim], size - x.size(dim), *x.shape[dim + 1:]), value)], dim=dim)
-
-
-class CompiledDecoder(StaticDecoder):
+class CompiledDecoder(PaddedDecoder):
     """`model` (float32 on the CPU, plain or Int8WeightLinear layers) as nmt.search.loop.run uses a model,
     through compiled packages: `encode` the encoder (with every layer's cross-attention keys/values), `beam_step` a
     whole beam search step, `decode_step` the decoder's step alone (greedy search). Packages are looked for, and
@@ -247,7 +170,7 @@ class CompiledDecoder(StaticDecoder):
         # in a package's name: the float32 and the int8 weights of one checkpoint are packages apart (prune)
         int8 = (FbgemmInt8Linear, Int8WeightLinear)
         self.weights = "int8" if any(isinstance(m, int8) for m in model.modules()) else "fp32"
-        self.packed = [layer.packed for layer in fbgemm_layers(model)]  # every package's last inputs (_Program)
+        self.packed = [layer.packed for layer in fbgemm_layers(model)]  # every package's last inputs (Program)
 
     def pays(self, sentences: int, per: int) -> bool:
         """Whether a search of `sentences` sentences of `per` rows each runs compiled (the module's pays)."""
@@ -276,6 +199,12 @@ class CompiledDecoder(StaticDecoder):
 
     def cross_kv(self, memory: Tensor) -> Tensor:
         return memory  # encode computed them
+
+    def step_runner(self, cache: PaddedCache, K: int | None, special: Any) -> StepRunner:
+        """The package of the cache's bucket on the batch's threads, or one of its rows built for other threads."""
+        bucket = cache.self_kv.size(3)
+        return self.runner(bucket, threads_for(bucket, torch.get_num_threads(), self.step_bytes), K, special,
+                           exact=False)
 
     def runner(self, rows: int, threads: int, K: int | None = None, special: Any = None,
                encoder: bool = False, exact: bool = True) -> Callable[..., Any]:
@@ -320,53 +249,8 @@ class CompiledDecoder(StaticDecoder):
     def _module(self, kind: str, K: int | None, special: Any) -> nn.Module:
         if kind == "encode":
             return _Encode(self.model)
-        return _Step(self.model) if K is None else _BeamStep(self.model, K, special.bos, special.eos, special.pad)
+        return step_program(self.model, K, special)
 
     def _inputs(self, kind: str, rows: int, K: int | None) -> tuple[Tensor, ...]:
         """Example inputs: a step's (example_inputs), or 3 sources of 7 tokens (none of them padding)."""
         return (torch.full((3, 7), self.model.pad_id + 1),) if kind == "encode" else example_inputs(self.model, rows, K)
-
-    def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int, rows: int = 1) -> PaddedCache:
-        """The static cache of `rows` rows per sentence, in a bucket's rows (nmt.search.static)."""
-        B, bucket = src_pad_mask.size(0), rows_bucket(src_pad_mask.size(0), rows)
-        cross_kv = _padded(self.cross_kv(memory), bucket // rows, 0.0, dim=2)  # [L, 2, B, H, S, Dh]
-        return PaddedCache(static.self_cache(cross_kv, max_len, bucket), cross_kv,
-                           _padded(~src_pad_mask[:, None, None], bucket // rows, True), B * rows)
-
-    def decode_step(self, tokens: Tensor, cache: PaddedCache, need_attention: bool = False
-                    ) -> tuple[Tensor, Tensor | None]:
-        if need_attention:
-            raise ValueError("the compiled step gives no attention: decode with the model itself")
-        self._check_room(cache)
-        bucket = cache.self_kv.size(3)
-        run = self.runner(bucket, threads_for(bucket, torch.get_num_threads(), self.step_bytes), exact=False)
-        logits = run(_padded(tokens, bucket, 0), cache.pos, cache.prefix(), cache.cross_kv, cache.memory_mask)[0]
-        cache.pos += 1
-        cache.step += 1
-        return logits[: tokens.numel()], None
-
-    def beam_step(self, beam: Beam, cache: PaddedCache, tokens: Tensor, t: int, settings: SearchSettings,
-                  special: Any) -> Move:
-        """Step t of `beam` (fixed rows, no trace, no attention) as one call of its package: the decoder's step, the
-        beam rule, the cache's reorder. Its sentences are padded to the bucket's (scores -inf, done at once)."""
-        self._check_room(cache)
-        K, B, bucket = beam.K, beam.limit.numel(), cache.self_kv.size(3)
-        run = self.runner(bucket, threads_for(bucket, torch.get_num_threads(), self.step_bytes), K, special,
-                          exact=False)
-        if cache.scalars is None:  # every step's t and length penalty, made once (a tensor costs ~10 us to make)
-            T = cache.self_kv.size(0)
-            divisors = [length_penalty_divisor(i + 1, settings.length_penalty, settings.length_penalty_type)
-                        for i in range(T)]
-            cache.scalars = torch.arange(T), torch.tensor(divisors, dtype=torch.float64), torch.tensor(settings.min_len)
-            cache.lineage = torch.arange(bucket).expand(T, -1).contiguous()  # [T, bucket]
-        steps, divisors, min_len = cache.scalars
-        out = run(
-            _padded(tokens, bucket, 0), cache.pos, cache.prefix(), cache.cross_kv, cache.memory_mask,
-            cache.prefix(cache.lineage),
-            _padded(beam.scores, bucket, float("-inf")), _padded(beam.finished.best, bucket // K, float("-inf")),
-            _padded(beam.limit, bucket // K, 0), _padded(beam.row_limit, bucket, 0), steps[t], divisors[t], min_len)
-        cache.pos += 1
-        cache.step += 1
-        if B * K < bucket:  # the padded sentences' part dropped
-            out = [x[: B * K] if x.dim() == 1 and x.size(0) == bucket else x[:B] for x in out]
-        return beam.take(t, Chosen(*out), None)

@@ -31,7 +31,9 @@ from nmt.log import console
 from nmt.precision import for_inference, prepare
 from nmt.search import Hypothesis, SearchSettings, generated_tokens, run
 from nmt.search.compiled import CompiledDecoder
+from nmt.search.graphed import GraphedDecoder
 from nmt.search.package_store import package_dir
+from nmt.search.padded import PaddedDecoder
 from nmt.threads import FreeCores
 from nmt.tokenizer import Tokenizer
 from nmt.translation import terminology
@@ -47,7 +49,7 @@ class ModelOptions:
     dtype: str = "auto"
     threads: int = 0
     quantize: str | None = None
-    compile: bool = False  # greedy and beam search through a compiled decoder step (nmt.search.compiled)
+    compile: bool = False  # greedy and beam search's steps compiled (CPU: nmt.search.compiled) or graphed (GPU)
     # Where the search settings come from (`Translator.load`): with --config, the loaded config's decode
     # section; without, the checkpoint's own (the beam and length penalty it was tuned with) with the decode keys
     # the user set (--set decode.KEY=VALUE, --beam 5: the config's `given` keys) on top.
@@ -107,11 +109,14 @@ class Translator:
         self.threads = FreeCores(torch.get_num_threads()) if self.device.type == "cpu" else None
         self.compiled = self._compiled(ckpt) if compile else None
 
-    def _compiled(self, ckpt: Checkpoint) -> CompiledDecoder:
-        """The decoder whose steps run compiled (--compile), its packages beside the checkpoint."""
+    def _compiled(self, ckpt: Checkpoint) -> PaddedDecoder:
+        """The decoder whose steps run compiled (--compile): on a CUDA GPU as CUDA graphs (nmt.search.graphed), on
+        a CPU as packages beside the checkpoint (nmt.search.compiled)."""
+        if self.device.type == "cuda":
+            return GraphedDecoder(self.model)
         if self.device.type != "cpu" or self.precision.float_name != "fp32":
-            raise NmtError(f"--compile runs float32 (or --quantize int8) on a CPU; this is {self.precision} on "
-                           f"{self.device.type}: drop --compile, or use --device cpu --dtype fp32")
+            raise NmtError(f"--compile runs float32 (or --quantize int8) on a CPU, or on a CUDA GPU; this is "
+                           f"{self.precision} on {self.device.type}: drop --compile, or use --device cpu --dtype fp32")
         if not any(map(shutil.which, (os.environ.get("CXX", "g++"), "g++", "clang++", "c++"))):
             raise NmtError("--compile needs a C++ compiler to build its packages (g++ or clang++, or one named by "
                            "CXX): install one, or drop --compile")

@@ -410,19 +410,23 @@ def texts(printed: str, mode: str) -> list[str]:
     return [line.split("\t")[1] for line in lines] if mode == "nbest3" else lines
 
 
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "compile"])
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("dtype", list(DTYPES))
-def test_decoding_reproduces_the_golden_outputs(golden_source, tmp_path, dtype, mode):
+def test_decoding_reproduces_the_golden_outputs(golden_source, tmp_path, dtype, mode, graphs):
     """fp32 on the device prints the golden files (the demo model's decisions are far from ties, so another
     device's fp32 rounding does not change them; scores within test_golden's tolerance). bf16 and fp16 round
     every logit to 8 / 11 significand bits, which flips the search's choice where two hypotheses score nearly
     the same, so there the output must be well formed (a line per input, scores finite) and at least 80% of the
-    lines identical to fp32's."""
+    lines identical to fp32's. `graphs`: with --compile, the search's steps as CUDA graphs (nmt.search.graphed)."""
     if DRY_RUN and dtype == "fp16":
         pytest.skip("dry run on the CPU: --dtype fp16 needs CUDA (nmt refuses it on the CPU)")
+    if DRY_RUN and graphs:
+        pytest.skip("dry run on the CPU: --compile there is the CPU's compiled step (tests/search/test_compiled.py)")
     out = tmp_path / "out.txt"
     args = ["translate", "--checkpoint", str(CHECKPOINT), "--device", DEVICE_NAME, "--dtype", dtype, *MODES[mode],
-            "--threads", "1", "--no-progress", "--input", str(golden_source), "--output", str(out)]
+            "--threads", "1", "--no-progress", "--input", str(golden_source), "--output", str(out),
+            *(["--compile", "--max-tokens", "120"] if graphs else [])]  # batches of <= 128 rows run as graphs
     result = run_cli(*args)
     assert result.exit_code == 0, f"nmt {' '.join(args)}: exit {result.exit_code}\n{result.stderr[-3000:]}"
     assert f"translating on {DEVICE.type}" in result.stderr, result.stderr[-3000:]

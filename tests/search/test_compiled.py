@@ -24,7 +24,7 @@ from nmt.search import SearchSettings, compiled
 from nmt.search.compiled import CompiledDecoder, rows_bucket, threads_for
 from nmt.search.package_store import package_dir, prune
 from nmt.translation.translator import ModelOptions, Translator
-from tests.helpers.hypotheses import assert_same
+from tests.helpers.hypotheses import assert_same, assert_same_translations, compiled_and_eager
 from tests.helpers.paths import DEMO_MODEL, ROOT
 
 LINES = ["A man is riding a bicycle.", "Two dogs play in the snow near a small red house."]
@@ -54,17 +54,6 @@ def translator(checkpoint):
     return t
 
 
-def eager_and_compiled(translator, lines, **decode):
-    d = translator.decode_with(**decode)
-    got = translator.translate_chunk(lines, decode=d)
-    compiled_decoder, translator.compiled = translator.compiled, None
-    try:
-        want = translator.translate_chunk(lines, decode=d)
-    finally:
-        translator.compiled = compiled_decoder
-    return got, want
-
-
 @pytest.mark.parametrize("lines, decode", [
     (FOUR, dict(beam=2)),
     (FOUR, dict(beam=2, nbest=2, length_penalty=1.0)),
@@ -75,9 +64,8 @@ def eager_and_compiled(translator, lines, **decode):
     (THREE * 2, dict(beam=1)),  # 6 rows padded to 8
 ])
 def test_the_compiled_step_finds_the_same_hypotheses(translator, lines, decode):
-    got, want = eager_and_compiled(translator, lines, **decode)
-    assert [t.text for t in got] == [t.text for t in want]
-    assert_same([t.hypotheses for t in got], [t.hypotheses for t in want])
+    got, want = compiled_and_eager(translator, lines, **decode)
+    assert_same_translations(got, want)
     assert translator.said == []  # the packages compiled by the fixture served every search: nothing compiled
     step = "step" if decode["beam"] == 1 else f"beam{decode['beam']}-2.3.0"
     assert {kind for kind, _, _ in translator.compiled.runners} == {"encode", step}
@@ -143,7 +131,7 @@ def test_a_later_process_loads_the_package_without_compiling(checkpoint, tmp_pat
 def test_a_batch_of_more_rows_than_pay_runs_eagerly(translator, monkeypatch):
     monkeypatch.setattr(compiled, "MAX_ROWS", 16)
     lines = FOUR * 4  # 16 sentences of 2 beams: 32 rows, more than pay
-    got, want = eager_and_compiled(translator, lines, beam=2)
+    got, want = compiled_and_eager(translator, lines, beam=2)
     assert [t.text for t in got] == [t.text for t in want]
     assert translator.said == [] and translator.compiled.runners == {}
 
@@ -212,7 +200,7 @@ def test_a_search_takes_a_package_built_for_other_threads_rather_than_stop_to_co
     said: list[str] = []
     translator.compiled = CompiledDecoder(translator.compiled.model, directory, said.append)
     monkeypatch.setattr(compiled, "threads_for", lambda rows, threads, weight_bytes: 2)
-    got, want = eager_and_compiled(translator, FOUR, beam=2)
+    got, want = compiled_and_eager(translator, FOUR, beam=2)
     assert_same([t.hypotheses for t in got], [t.hypotheses for t in want])
     assert said == [] and translator.compiled.stand_ins == {("encode", 0, 2), ("beam2-2.3.0", 8, 2)}
 
@@ -226,5 +214,5 @@ def test_a_search_takes_a_package_built_for_other_threads_rather_than_stop_to_co
     translator.compiled.prepare(4, 2, translator.special, 2)
     assert built == ["encode-fp32-2t", "beam2-2.3.0-fp32-8rows-2t"] and len(said) == 2
     assert translator.compiled.stand_ins == set()
-    got, _ = eager_and_compiled(translator, FOUR, beam=2)
+    got, _ = compiled_and_eager(translator, FOUR, beam=2)
     assert_same([t.hypotheses for t in got], [t.hypotheses for t in want])
