@@ -54,6 +54,7 @@ from pathlib import Path
 import torch
 from common import ROOT, OtherLoad, median, table
 
+from nmt.search.compiled import CompiledDecoder
 from nmt.translation.translator import ModelOptions, Translator
 
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k" / "test2016.en"
@@ -268,6 +269,8 @@ def precompile(args: argparse.Namespace) -> None:
     thread and on --threads (nmt.threads.FreeCores may run a batch on either)."""
     translator = Translator.load(args.checkpoint, opts=ModelOptions(dtype=args.dtype, config_given=False,
                                                                     compile=True))
+    if not isinstance(translator.compiled, CompiledDecoder):  # a GPU's CUDA graphs: recorded by the warm-up round
+        return
     translator.compiled.announce = lambda message: print(message, file=sys.stderr, flush=True)
     n = 1
     while translator.compiled.pays(n, translator.decode.beam):

@@ -14,15 +14,15 @@ What a graph needs, and how it is given:
   made from host values inside one: the programs are nmt.search.padded's, which torch.export also traces.
 
 The first step of a shape runs for real (a warm-up, on a side stream as CUDA graphs need) and gives that step's
-result; its recording runs nothing. Later steps replay. At most KEEP shapes are kept per thread, the oldest freed
-first; caches are per thread, as a graph's tensors are one search's at a time."""
+result; its recording runs nothing. Later steps replay. Caches (and their graphs) are kept per thread, as a graph's
+tensors serve one search at a time, up to BUDGET bytes, the least recently used freed first."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -30,7 +30,10 @@ from torch import Tensor, nn
 from nmt.search.padded import PaddedCache, PaddedDecoder, StepRunner, rows_bucket, step_program
 
 ROUND = 16  # source lengths and cache capacities rounded up to a multiple: fewer shapes, fewer graphs
-KEEP = 4  # cache shapes (with their graphs) kept per thread: a base model's 128-row cache is ~100-400 MB in fp16
+# bytes of keys/values kept per thread in caches of the shapes searches met, the least recently used freed first
+# (their graphs' own memory comes on top): a base model's 128-row cache of 128 positions is ~200 MB in fp16, a
+# 4-row one ~6 MB, so a server keeps the shapes it meets most
+BUDGET = 1 << 30
 MAX_ROWS = 128  # the most rows a search runs as graphs (32 sentences at beam 4)
 
 # (fn, inputs) -> fn's outputs, run for real; (fn, inputs, their outputs) -> (replay, the outputs it writes)
@@ -111,6 +114,42 @@ class GraphCache(PaddedCache):
         return self
 
 
+class CacheShape(NamedTuple):
+    """A GraphCache's shape: capacity T (rounded up to ROUND), layers L, rows (a bucket, `per` rows per sentence),
+    heads H, source length S (rounded up to ROUND), head width Dh, dtype."""
+
+    T: int
+    L: int
+    rows: int
+    per: int
+    H: int
+    S: int
+    Dh: int
+    dtype: torch.dtype
+
+    @classmethod
+    def of(cls, cross_kv: Tensor, rows: int, per: int, max_len: int) -> CacheShape:
+        """The shape for a search of cross_kv [L, 2, B, H, S, Dh] in `rows` rows, `per` per sentence, up to max_len
+        positions."""
+        L, _, _, H, S, Dh = cross_kv.shape
+        return cls(-(-max(max_len, 2) // ROUND) * ROUND, L, rows, per, H, -(-S // ROUND) * ROUND, Dh, cross_kv.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of its keys/values: the rows' own and their sentences' sources'."""
+        entries = self.L * 2 * self.H * self.Dh * (self.T * self.rows + self.rows // self.per * self.S)
+        return entries * self.dtype.itemsize
+
+    def allocate(self, device: torch.device) -> GraphCache:
+        """A GraphCache of this shape; its tensors are not inference tensors, as searches in inference mode and
+        out of it write them in place."""
+        like, sentences = {"dtype": self.dtype, "device": device}, self.rows // self.per
+        with torch.inference_mode(False):
+            return GraphCache(torch.zeros(self.T, self.L, 2, self.rows, self.H, self.Dh, **like),
+                              torch.zeros(self.L, 2, sentences, self.H, self.S, self.Dh, **like),
+                              torch.zeros(sentences, 1, 1, self.S, dtype=torch.bool, device=device))
+
+
 class GraphedDecoder(PaddedDecoder):
     """`model` on a CUDA GPU (any dtype it has) as nmt.search.loop.run uses a model: its encoder eager, its
     steps CUDA graphs over GraphCache's tensors. `warm_up` and `record`: how a step runs first and is recorded
@@ -126,24 +165,17 @@ class GraphedDecoder(PaddedDecoder):
         return rows_bucket(sentences, per) <= MAX_ROWS
 
     def init_cache(self, memory: Tensor, src_pad_mask: Tensor, max_len: int, rows: int = 1) -> GraphCache:
-        """This thread's cache of the search's shape (rows per sentence, bucket, source length and capacity
-        rounded up), the batch's source loaded."""
+        """This thread's cache of the search's shape (CacheShape), the batch's source loaded into it."""
         cross_kv = self.cross_kv(memory)  # [L, 2, B, H, S, Dh]
-        (L, _, B, H, S, Dh), bucket = cross_kv.shape, rows_bucket(src_pad_mask.size(0), rows)
-        key = (bucket, rows, -(-S // ROUND) * ROUND, -(-max(max_len, 2) // ROUND) * ROUND, cross_kv.dtype)
-        caches: OrderedDict[tuple, GraphCache] = getattr(self.local, "caches", None) or OrderedDict()
+        shape = CacheShape.of(cross_kv, rows_bucket(src_pad_mask.size(0), rows), rows, max_len)
+        caches: OrderedDict[CacheShape, GraphCache] = getattr(self.local, "caches", None) or OrderedDict()
         self.local.caches = caches
-        if key not in caches:
-            while len(caches) >= KEEP:
-                caches.popitem(last=False)  # its graphs and tensors freed with it
-            _, _, S_r, T, dtype = key
-            with torch.inference_mode(False):  # tensors written in place by searches in and out of inference mode
-                caches[key] = GraphCache(
-                    cross_kv.new_zeros(T, L, 2, bucket, H, Dh),
-                    cross_kv.new_zeros(L, 2, bucket // rows, H, S_r, Dh),
-                    torch.zeros(bucket // rows, 1, 1, S_r, dtype=torch.bool, device=cross_kv.device))
-        caches.move_to_end(key)
-        return caches[key].load(cross_kv, ~src_pad_mask, B * rows)
+        if shape not in caches:
+            while caches and sum(s.nbytes for s in caches) + shape.nbytes > BUDGET:
+                caches.popitem(last=False)  # the least recently used: its graphs and tensors freed with it
+            caches[shape] = shape.allocate(cross_kv.device)
+        caches.move_to_end(shape)
+        return caches[shape].load(cross_kv, ~src_pad_mask, src_pad_mask.size(0) * rows)
 
     def step_runner(self, cache: PaddedCache, K: int | None, special: Any) -> StepRunner:
         assert isinstance(cache, GraphCache)

@@ -62,12 +62,21 @@ def test_a_later_search_of_the_same_shape_replays_over_the_same_tensors(translat
     assert translator.graphs.warm_ups == 1 and translator.graphs.replays > 10  # replayed in the second search too
 
 
-def test_at_most_keep_shapes_are_kept_the_oldest_freed_first(translator, monkeypatch):
-    monkeypatch.setattr(graphed, "KEEP", 2)
-    for lines in (LINES[:1], LINES, FOUR):  # 4, 8 and 16 rows at beam 4
+def test_caches_are_kept_up_to_the_budget_the_least_recently_used_freed_first(translator, monkeypatch):
+    def search(lines):  # 4, 8 and 16 rows at beam 4
         translator.translate_chunk(lines, decode=translator.decode_with(beam=4))
-    buckets = [key[0] for key in translator.compiled.local.caches]
-    assert buckets == [8, 16] and translator.graphs.warm_ups == 3
+        return [shape.rows for shape in translator.compiled.local.caches]
+
+    small, middle, big = LINES[:1], LINES, FOUR
+    assert [search(lines) for lines in (small, middle, big, small)] == [[4], [4, 8], [4, 8, 16], [8, 16, 4]]
+    assert translator.graphs.warm_ups == 3  # the fourth search found its cache and its graph
+    sizes = {shape.rows: shape.nbytes for shape in translator.compiled.local.caches}
+    translator.compiled.local.caches.clear()
+    monkeypatch.setattr(graphed, "BUDGET", sizes[8] + sizes[16])  # room for two of them
+    assert [search(lines) for lines in (small, middle, big, small)] == [[4], [4, 8], [8, 16], [16, 4]]
+    assert translator.graphs.warm_ups == 3 + 4
+    monkeypatch.setattr(graphed, "BUDGET", 1)
+    assert search(middle) == [8]  # over any budget: the search's own cache alone
 
 
 def test_a_replays_outputs_are_copies_and_its_inputs_are_copied_in():
