@@ -20,6 +20,7 @@ tensors serve one search at a time, up to BUDGET bytes, the least recently used 
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -27,6 +28,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from nmt.errors import first_line
 from nmt.search.padded import PaddedCache, PaddedDecoder, StepRunner, rows_bucket, step_program
 
 ROUND = 16  # source lengths and cache capacities rounded up to a multiple: fewer shapes, fewer graphs
@@ -63,10 +65,13 @@ def cuda_record(fn: nn.Module, inputs: Sequence[Tensor], _: Sequence[Tensor]) ->
 
 
 class Recorded:
-    """One step program over fixed tensors: the cache's (`owned`, passed as they are) and copies of the rest."""
+    """One step program over fixed tensors: the cache's (`owned`, passed as they are) and copies of the rest. If the
+    recording fails (an operator a CUDA graph cannot hold, in some torch), `announce` is told and the program runs
+    as it is at every step, over the same tensors: slower, the same results."""
 
-    def __init__(self, fn: nn.Module, owned: Sequence[Tensor], warm_up: WarmUp, record: Record):
-        self.fn, self.warm_up, self.record = fn, warm_up, record
+    def __init__(self, fn: nn.Module, owned: Sequence[Tensor], warm_up: WarmUp, record: Record,
+                 announce: Callable[[str], None]):
+        self.fn, self.warm_up, self.record, self.announce = fn, warm_up, record, announce
         self.owned = {x.data_ptr() for x in owned}
         self.inputs: list[Tensor] | None = None
         self.replay: Callable[[], None] | None = None
@@ -77,11 +82,17 @@ class Recorded:
             with torch.inference_mode(False):  # written in place by later searches, in inference mode or not
                 self.inputs = [x if x.data_ptr() in self.owned else x.clone() for x in tensors]
             outputs = list(self.warm_up(self.fn, self.inputs))
-            self.replay, self.outputs = self.record(self.fn, self.inputs, outputs)
+            try:
+                self.replay, self.outputs = self.record(self.fn, self.inputs, outputs)
+            except RuntimeError as e:
+                self.announce(f"a decoding step could not be recorded as a CUDA graph, so it runs without one: "
+                              f"{first_line(e)}")
             return outputs
         for mine, x in zip(self.inputs, tensors, strict=True):
             if mine.data_ptr() != x.data_ptr():
                 mine.copy_(x)
+        if self.replay is None:
+            return list(self.fn(*self.inputs))
         self.replay()
         return [x.clone() for x in self.outputs]
 
@@ -153,11 +164,12 @@ class CacheShape(NamedTuple):
 class GraphedDecoder(PaddedDecoder):
     """`model` on a CUDA GPU (any dtype it has) as nmt.search.loop.run uses a model: its encoder eager, its
     steps CUDA graphs over GraphCache's tensors. `warm_up` and `record`: how a step runs first and is recorded
-    (CUDA's; a CPU test stands in for them)."""
+    (CUDA's; a CPU test stands in for them); `announce(message)`: told when a step cannot be recorded."""
 
-    def __init__(self, model: nn.Module, warm_up: WarmUp = cuda_warm_up, record: Record = cuda_record):
+    def __init__(self, model: nn.Module, warm_up: WarmUp = cuda_warm_up, record: Record = cuda_record,
+                 announce: Callable[[str], None] = lambda message: warnings.warn(message, stacklevel=2)):
         super().__init__(model)
-        self.warm_up, self.record = warm_up, record
+        self.warm_up, self.record, self.announce = warm_up, record, announce
         self.local = threading.local()
 
     def pays(self, sentences: int, per: int) -> bool:
@@ -183,5 +195,5 @@ class GraphedDecoder(PaddedDecoder):
         if kind not in cache.graphs:
             program = step_program(self.model, K, special).to(cache.self_kv.device)
             owned = (cache.pos, cache.self_kv, cache.cross_kv, cache.memory_mask, cache.lineage)
-            cache.graphs[kind] = Recorded(program, owned, self.warm_up, self.record)
+            cache.graphs[kind] = Recorded(program, owned, self.warm_up, self.record, self.announce)
         return cache.graphs[kind]

@@ -113,7 +113,7 @@ class Translator:
         """The decoder whose steps run compiled (--compile): on a CUDA GPU as CUDA graphs (nmt.search.graphed), on
         a CPU as packages beside the checkpoint (nmt.search.compiled)."""
         if self.device.type == "cuda":
-            return GraphedDecoder(self.model)
+            return GraphedDecoder(self.model, announce=self.warn)
         if self.device.type != "cpu" or self.precision.float_name != "fp32":
             raise NmtError(f"--compile runs float32 (or --quantize int8) on a CPU, or on a CUDA GPU; this is "
                            f"{self.precision} on {self.device.type}: drop --compile, or use --device cpu --dtype fp32")

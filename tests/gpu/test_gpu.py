@@ -430,6 +430,7 @@ def test_decoding_reproduces_the_golden_outputs(golden_source, tmp_path, dtype, 
     result = run_cli(*args)
     assert result.exit_code == 0, f"nmt {' '.join(args)}: exit {result.exit_code}\n{result.stderr[-3000:]}"
     assert f"translating on {DEVICE.type}" in result.stderr, result.stderr[-3000:]
+    assert "could not be recorded as a CUDA graph" not in result.stderr, result.stderr[-3000:]
     got, want = out.read_text(encoding="utf-8"), (DATA / f"demo-model.{mode}.txt").read_text(encoding="utf-8")
     if dtype == "fp32":
         if mode == "nbest3":

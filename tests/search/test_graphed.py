@@ -88,7 +88,7 @@ def test_a_replays_outputs_are_copies_and_its_inputs_are_copied_in():
             acc.add_(x)  # a step's write into the cache: in place, into the tensor it was recorded with
             return (acc * 2,)
 
-    run = Recorded(AddInPlace(), [owned], stand_in.warm_up, stand_in.record)
+    run = Recorded(AddInPlace(), [owned], stand_in.warm_up, stand_in.record, announce=print)
     first = run(torch.ones(3), owned)[0]
     second = run(torch.full((3,), 5.0), owned)[0]
     assert first.tolist() == [2.0] * 3 and second.tolist() == [12.0] * 3  # x copied in; the first result kept
@@ -110,3 +110,21 @@ def test_a_decoder_serves_searches_in_and_out_of_inference_mode(translator):
     for got in (first, second, third):
         assert_same(got, want)
     assert translator.graphs.warm_ups == 1
+
+
+def test_a_step_that_cannot_be_recorded_runs_as_it_is_and_says_so(translator):
+    """An operator a CUDA graph cannot hold (a recording that raises) leaves the step running without a graph, over
+    the same tensors: the same hypotheses, one announcement, no second attempt."""
+    said, attempts = [], []
+
+    def refuse(fn, inputs, outputs):
+        attempts.append(fn)
+        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+
+    translator.compiled = GraphedDecoder(translator.model, translator.graphs.warm_up, refuse, said.append)
+    for lines in (FOUR, FOUR[::-1]):  # the second search finds the step that was not recorded
+        got, want = compiled_and_eager(translator, lines, beam=4)
+        assert_same_translations(got, want)
+    assert len(attempts) == 1 and translator.graphs.warm_ups == 1
+    assert said == ["a decoding step could not be recorded as a CUDA graph, so it runs without one: operation not "
+                    "permitted when stream is capturing"]
