@@ -2,7 +2,7 @@
 hypotheses of the model's own steps (greedy and beam, n-best), a later search of the same shape replays the graphs
 recorded by the first, and none of its steps waits for the device (torch.cuda.set_sync_debug_mode("error")).
 Marked gpu, skipped without a GPU; tests/search/test_graphed.py runs the same decoder on the CPU with the graphs
-stood in for. The golden outputs with --compile: tests/gpu/test_gpu.py.
+stood in for. The golden outputs with --compile: tests/gpu/test_gpu_golden.py.
 
 Dry run on the CPU (the graphs stood in for, the waits counted): NMT_GPU_TESTS_DEVICE=cpu python3 -m pytest
 tests/gpu/test_gpu_graphed.py -m gpu -q"""
