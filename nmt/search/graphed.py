@@ -28,7 +28,6 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from nmt.errors import first_line
 from nmt.search.padded import PaddedCache, PaddedDecoder, StepRunner, rows_bucket, step_program
 
 ROUND = 16  # source lengths and cache capacities rounded up to a multiple: fewer shapes, fewer graphs
@@ -85,8 +84,9 @@ class Recorded:
             try:
                 self.replay, self.outputs = self.record(self.fn, self.inputs, outputs)
             except RuntimeError as e:
+                reason = next(iter(str(e).strip().splitlines()), type(e).__name__)
                 self.announce(f"a decoding step could not be recorded as a CUDA graph, so it runs without one: "
-                              f"{first_line(e)}")
+                              f"{reason}")
             return outputs
         for mine, x in zip(self.inputs, tensors, strict=True):
             if mine.data_ptr() != x.data_ptr():
