@@ -347,6 +347,7 @@ def check_train(t: TrainConfig) -> None:
         (t.update_freq >= 1, "train.update_freq must be >= 1"),
         (t.length_multiple >= 1, "train.length_multiple must be >= 1"),
         (t.compile_mode in COMPILE_MODES, f"train.compile_mode must be {'|'.join(COMPILE_MODES)}"),
+        (t.compile or t.compile_mode == "default", f"train.compile_mode {t.compile_mode} needs train.compile: true"),
         (t.max_updates >= 0, "train.max_updates must be >= 0"),
         (t.max_minutes >= 0, "train.max_minutes must be >= 0"),
         (t.lr > 0, "train.lr must be > 0"),

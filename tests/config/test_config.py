@@ -62,6 +62,7 @@ def test_unknown_section_and_bad_override_form():
         ("train.max_tokens=-5", "train.max_tokens must be > 0"),
         ("train.length_multiple=0", "train.length_multiple must be >= 1"),
         ("train.compile_mode=fast", r"train.compile_mode must be default\|reduce-overhead\|max-autotune\|"),
+        ("train.compile_mode=reduce-overhead", "train.compile_mode reduce-overhead needs train.compile: true"),
         ("model.n_heads=7", "multiple of model.n_heads"),
         ("train.amp=fp8", "train.amp"),
         ("model.pre_norm=3", "model.pre_norm' expects bool"),
