@@ -6,6 +6,21 @@ from __future__ import annotations
 import pytest
 import torch
 
+# what a padded decoder (nmt.search.compiled's packages, nmt.search.graphed's graphs) must decode as the model does:
+# every search here fits 8 rows, the one package size tests/search/test_compiled.py builds
+LINES = ["A man is riding a bicycle.", "Two dogs play in the snow near a small red house."]
+FOUR = [*LINES, "Hello!", "The old woman sells fresh bread at the market."]  # beam 2: 8 rows
+THREE = FOUR[:3]  # beam 2: 3 sentences padded to 4, 8 rows
+PADDED_CASES = [
+    (FOUR, dict(beam=2)),
+    (FOUR, dict(beam=2, nbest=2, length_penalty=1.0)),
+    (FOUR, dict(beam=2, min_len=12)),
+    (FOUR, dict(beam=2, max_len_a=0.0, max_len_b=0)),  # every output empty: a one-position search
+    (THREE, dict(beam=2, nbest=2)),
+    (LINES * 4, dict(beam=1, max_len_a=0.0, max_len_b=4)),  # greedy, cut at 4 tokens
+    (THREE * 2, dict(beam=1)),  # 6 rows padded to 8
+]
+
 
 def assert_same(got: list[list], want: list[list]) -> None:
     """The same tokens; scores within float32 rounding (rows are multiplied in batches of other sizes)."""

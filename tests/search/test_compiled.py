@@ -24,12 +24,15 @@ from nmt.search import SearchSettings, compiled
 from nmt.search.compiled import CompiledDecoder, rows_bucket, threads_for
 from nmt.search.package_store import package_dir, prune
 from nmt.translation.translator import ModelOptions, Translator
-from tests.helpers.hypotheses import assert_same, assert_same_translations, compiled_and_eager
+from tests.helpers.hypotheses import (
+    FOUR,
+    LINES,
+    PADDED_CASES,
+    assert_same,
+    assert_same_translations,
+    compiled_and_eager,
+)
 from tests.helpers.paths import DEMO_MODEL, ROOT
-
-LINES = ["A man is riding a bicycle.", "Two dogs play in the snow near a small red house."]
-FOUR = [*LINES, "Hello!", "The old woman sells fresh bread at the market."]  # beam 2: 8 rows
-THREE = FOUR[:3]  # beam 2: 3 sentences padded to 4, 8 rows
 
 
 @pytest.fixture(scope="module")
@@ -54,15 +57,7 @@ def translator(checkpoint):
     return t
 
 
-@pytest.mark.parametrize("lines, decode", [
-    (FOUR, dict(beam=2)),
-    (FOUR, dict(beam=2, nbest=2, length_penalty=1.0)),
-    (FOUR, dict(beam=2, min_len=12)),
-    (FOUR, dict(beam=2, max_len_a=0.0, max_len_b=0)),  # every output empty: a one-position search
-    (THREE, dict(beam=2, nbest=2)),
-    (LINES * 4, dict(beam=1, max_len_a=0.0, max_len_b=4)),  # greedy, cut at 4 tokens
-    (THREE * 2, dict(beam=1)),  # 6 rows padded to 8
-])
+@pytest.mark.parametrize("lines, decode", PADDED_CASES)
 def test_the_compiled_step_finds_the_same_hypotheses(translator, lines, decode):
     got, want = compiled_and_eager(translator, lines, **decode)
     assert_same_translations(got, want)

@@ -17,12 +17,17 @@ from nmt.search import SearchSettings, graphed
 from nmt.search.graphed import GraphedDecoder, Recorded
 from nmt.translation.translator import ModelOptions, Translator
 from tests.helpers.graphs import StandIn
-from tests.helpers.hypotheses import assert_same, assert_same_translations, compiled_and_eager
+from tests.helpers.hypotheses import (
+    FOUR,
+    LINES,
+    PADDED_CASES,
+    THREE,
+    assert_same,
+    assert_same_translations,
+    compiled_and_eager,
+)
 from tests.helpers.paths import DEMO_MODEL
 
-LINES = ["A man is riding a bicycle.", "Two dogs play in the snow near a small red house."]
-FOUR = [*LINES, "Hello!", "The old woman sells fresh bread at the market."]
-THREE = FOUR[:3]  # 3 sentences padded to 4
 LONG = ["A very long sentence about " + " and ".join(["a dog", "a cat", "a red ball"] * 6) + "."]
 
 
@@ -35,13 +40,9 @@ def translator():
 
 
 @pytest.mark.parametrize("lines, decode", [
+    *PADDED_CASES,
     (FOUR, dict(beam=4)),
-    (FOUR, dict(beam=2, nbest=2, length_penalty=1.0)),
-    (FOUR, dict(beam=2, min_len=12)),
-    (FOUR, dict(beam=2, max_len_a=0.0, max_len_b=0)),  # every output empty: a one-position search
     (THREE, dict(beam=4, nbest=3)),
-    (LINES * 4, dict(beam=1, max_len_a=0.0, max_len_b=4)),  # greedy, cut at 4 tokens
-    (THREE * 2, dict(beam=1)),  # 6 rows padded to 8
     (LONG + THREE, dict(beam=4)),  # a source of more than one ROUND
 ])
 def test_graphed_steps_find_the_models_hypotheses(translator, lines, decode):
